@@ -1,0 +1,122 @@
+/**
+ * The service every backend implements. It is deliberately small and primitive: one call per
+ * script round trip, plus a way to wait for "this key may be free" signals. All policy (waiting,
+ * retry schedules, reentrancy, the watchdog, loss detection) lives once in `Lock`, shared by every
+ * backend.
+ *
+ * The request is a record, not positional arguments, so that later primitives (fair lock,
+ * read-write lock, leased semaphore, Redlock over several backends) extend it with fields such as a
+ * mode or a permit count without changing the policy code that calls it.
+ *
+ * @since 0.1.0
+ */
+import type { Effect, Option, Scope } from "effect"
+import { Context } from "effect"
+import { LockBackendError } from "./LockError.js"
+
+export {
+  /**
+   * @since 0.1.0
+   * @category errors
+   */
+  LockBackendError
+}
+
+/**
+ * One call to a backend on behalf of one owner.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LockRequest {
+  readonly key: string
+  /** The owner id, `<process uuid>:<n>`. */
+  readonly owner: string
+  /** The lease to set (acquire) or extend to (renew), in milliseconds. */
+  readonly leaseMillis: number
+  /** Whether a fresh acquisition draws a fencing token. */
+  readonly fencing: boolean
+}
+
+/**
+ * The outcome of one acquisition attempt.
+ *
+ * `Busy.ttlMillis` is the holder's remaining lease as the server sees it, or `undefined` when the
+ * lock has no expiry (set by a foreign client without one).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type AcquireResult =
+  | { readonly _tag: "Acquired"; readonly fencingToken: bigint }
+  | { readonly _tag: "Busy"; readonly ttlMillis: number | undefined }
+
+/**
+ * The outcome of a renewal: the lease was extended, or the owner no longer holds the lock.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type RenewResult =
+  | { readonly _tag: "Renewed" }
+  | { readonly _tag: "Lost"; readonly reason: "stolen" | "expired" }
+
+/**
+ * What a backend knows about one lock.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LockInfo {
+  readonly key: string
+  readonly holders: ReadonlyArray<{ readonly owner: string; readonly holdCount: number }>
+  /** Remaining lease in milliseconds, `undefined` when the lock has no expiry. */
+  readonly ttlMillis: number | undefined
+}
+
+/**
+ * A registration in a key's local wait queue. `await` completes when the key may be free; local
+ * waiters on one key are served first in, first out, and one notification wakes one waiter.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ReleaseSignal {
+  readonly await: Effect.Effect<void>
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface LockBackendShape {
+  /** A short name used in errors, logs and spans ("memory", "redis"). */
+  readonly name: string
+  /** One attempt: acquire when free, or report the holder's remaining lease. */
+  readonly tryAcquire: (request: LockRequest) => Effect.Effect<AcquireResult, LockBackendError>
+  /** Extend the lease if, and only if, `request.owner` still holds the lock. */
+  readonly renew: (request: LockRequest) => Effect.Effect<RenewResult, LockBackendError>
+  /**
+   * Release the lock if `owner` holds it, and notify waiters. Idempotent: `false` when the owner
+   * did not hold it.
+   */
+  readonly release: (key: string, owner: string) => Effect.Effect<boolean, LockBackendError>
+  /** Delete the lock whoever holds it, and notify waiters. `false` when it was not held. */
+  readonly forceRelease: (key: string) => Effect.Effect<boolean, LockBackendError>
+  /** Inspect a lock without changing it. */
+  readonly inspect: (key: string) => Effect.Effect<Option.Option<LockInfo>, LockBackendError>
+  /**
+   * Join the key's local wait queue for the lifetime of the scope. When this returns, release
+   * notifications for the key are being received, so an attempt made right after it cannot miss
+   * a release.
+   */
+  readonly subscribe: (key: string) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
+}
+
+/**
+ * The backend service. Provide it with `MemoryBackend.layer` or `RedisBackend.layer(...)`.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class LockBackend extends Context.Tag("effect-lock/LockBackend")<LockBackend, LockBackendShape>() {}

@@ -1,0 +1,108 @@
+/**
+ * The errors a user of effect-lock can meet. Each is a `Schema.TaggedError` whose `_tag` is the
+ * class name and which carries the key and the facts needed to act on it.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+
+/**
+ * Why a held lock was lost.
+ *
+ * - `stolen`: a renewal found another owner in the lock (a force-unlock followed by another
+ *   acquisition, or a foreign client overwrote the key).
+ * - `expired`: the lease ran out: a renewal found no lock at all, or the lock was taken with
+ *   `renew: false` and its lease ended.
+ * - `renewal-failed`: the local deadline (last confirmed renewal + lease - drift) passed without a
+ *   confirmed renewal: the backend was unreachable, slow, or the process was paused.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export const LostReason = Schema.Literal("stolen", "expired", "renewal-failed")
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export type LostReason = typeof LostReason.Type
+
+/**
+ * Waiting for a lock ran out: either the `wait` budget elapsed (`reason: "wait-elapsed"`) or the
+ * `retry` schedule stopped recurring (`reason: "retries-exhausted"`).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class LockTimeoutError extends Schema.TaggedError<LockTimeoutError>()("LockTimeoutError", {
+  key: Schema.String,
+  reason: Schema.Literal("wait-elapsed", "retries-exhausted"),
+  waitedMillis: Schema.Number,
+  attempts: Schema.Number,
+  holderTtlMillis: Schema.optional(Schema.Number)
+}) {
+  override get message(): string {
+    const why = this.reason === "wait-elapsed" ? "the wait budget elapsed" : "the retry schedule ended"
+    const ttl = this.holderTtlMillis === undefined ? "" : `; the holder's lease had ${this.holderTtlMillis} ms left`
+    return `Could not acquire lock "${this.key}" after ${this.waitedMillis} ms and ${this.attempts} attempt(s): ${why}${ttl}`
+  }
+}
+
+/**
+ * A held lock was lost before the program finished. `withLock` interrupts the program and fails
+ * with this error; `Lease.lost` fails with it.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLostError", {
+  key: Schema.String,
+  owner: Schema.String,
+  reason: LostReason,
+  fencingToken: Schema.BigIntFromSelf,
+  heldMillis: Schema.Number,
+  cause: Schema.optional(Schema.Defect)
+}) {
+  override get message(): string {
+    const why = this.reason === "stolen"
+      ? "another owner took it"
+      : this.reason === "expired"
+      ? "its lease expired"
+      : "no renewal was confirmed before the local deadline"
+    return `Lost lock "${this.key}" (owner ${this.owner}, fencing token ${this.fencingToken}) after ${this.heldMillis} ms: ${why}`
+  }
+}
+
+/**
+ * The backend (Redis, ...) failed or could not be reached within its command timeout.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class LockBackendError extends Schema.TaggedError<LockBackendError>()("LockBackendError", {
+  backend: Schema.String,
+  operation: Schema.String,
+  key: Schema.optional(Schema.String),
+  cause: Schema.optional(Schema.Defect)
+}) {
+  override get message(): string {
+    const key = this.key === undefined ? "" : ` on "${this.key}"`
+    const cause = this.cause instanceof Error ? `: ${this.cause.message}` : this.cause === undefined ? "" : `: ${String(this.cause)}`
+    return `${this.backend} backend failed to ${this.operation}${key}${cause}`
+  }
+}
+
+/**
+ * An option or key was invalid. Raised before anything touches a backend.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class LockOptionsError extends Schema.TaggedError<LockOptionsError>()("LockOptionsError", {
+  field: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `Invalid lock option "${this.field}": ${this.reason}`
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * Waiting for a lock: one backend attempt, then (when busy) join the key's wait queue, try again
+ * at once, and sleep until the earliest of the next retry-schedule step, a release notification,
+ * the holder's remaining lease, or the end of the wait budget.
+ *
+ * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
+ * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
+ */
+import { Clock, Effect, Option } from "effect"
+import * as ScheduleDecision from "effect/ScheduleDecision"
+import * as ScheduleIntervals from "effect/ScheduleIntervals"
+import type { LockBackendShape, LockRequest } from "../LockBackend.js"
+import type { LockBackendError } from "../LockError.js"
+import { LockTimeoutError } from "../LockError.js"
+import type { BusyInfo, ResolvedOptions } from "./options.js"
+
+export interface Acquired {
+  readonly fencingToken: bigint
+  /** Clock time at which the successful attempt started: the lease runs from here at the latest. */
+  readonly startedAt: number
+}
+
+type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
+/** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
+const attempt = (backend: LockBackendShape, request: LockRequest) =>
+  Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
+    Effect.map(backend.tryAcquire(request), (result) =>
+      result._tag === "Acquired"
+        ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
+        : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const)
+    ))
+
+export const acquireOnce = (
+  backend: LockBackendShape,
+  request: LockRequest
+): Effect.Effect<Option.Option<Acquired>, LockBackendError> =>
+  Effect.map(attempt(backend, request), (r) => (r._tag === "Acquired" ? Option.some(r) : Option.none()))
+
+export const acquireWaiting = (
+  backend: LockBackendShape,
+  request: LockRequest,
+  options: ResolvedOptions,
+  restore: Restore
+): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
+  Effect.flatMap(attempt(backend, request), (first) => {
+    if (first._tag === "Acquired") return Effect.succeed(first)
+    return Effect.scoped(Effect.gen(function*() {
+      const start = yield* Clock.currentTimeMillis
+      const deadline = start + options.waitMillis
+      let attempts = 1
+      let ttl = first.ttlMillis
+      const timeout = (now: number, reason: "wait-elapsed" | "retries-exhausted") =>
+        new LockTimeoutError({
+          key: request.key,
+          reason,
+          waitedMillis: now - start,
+          attempts,
+          ...(ttl === undefined ? {} : { holderTtlMillis: ttl })
+        })
+      if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
+
+      const signal = yield* restore(backend.subscribe(request.key))
+      const schedule = options.retry
+      let state: unknown = schedule.initial
+      while (true) {
+        // Right after subscribing, and after every wake-up: a release may have slipped in.
+        const result = yield* attempt(backend, request)
+        attempts++
+        if (result._tag === "Acquired") return result
+        ttl = result.ttlMillis
+        const now = yield* Clock.currentTimeMillis
+        if (now >= deadline) return yield* timeout(now, "wait-elapsed")
+        const input: BusyInfo = { key: request.key, attempt: attempts, holderTtlMillis: ttl }
+        const [next, , decision] = yield* schedule.step(now, input, state)
+        if (ScheduleDecision.isDone(decision)) return yield* timeout(now, "retries-exhausted")
+        state = next
+        const scheduled = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
+        // Never sleep past the holder's lease: when it ends the lock is free without a notification.
+        const untilExpiry = ttl === undefined ? Infinity : ttl + 1
+        const sleep = Math.min(scheduled, untilExpiry, deadline - now)
+        if (sleep > 0) yield* restore(Effect.timeoutOption(signal.await, sleep))
+      }
+    }))
+  })

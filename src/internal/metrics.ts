@@ -1,0 +1,31 @@
+/** Metrics, all named `effect_lock_*`. */
+import { Metric } from "effect"
+
+export const acquisitions = Metric.counter("effect_lock_acquisitions_total", {
+  description: "Fresh acquisitions (reentrant entries excluded)"
+})
+export const reentries = Metric.counter("effect_lock_reentries_total", {
+  description: "Reentrant entries into a lock the owner already held"
+})
+export const timeouts = Metric.counter("effect_lock_timeouts_total", {
+  description: "Acquisitions that gave up waiting"
+})
+export const lost = Metric.counter("effect_lock_lost_total", { description: "Locks lost while held" })
+export const releaseFailures = Metric.counter("effect_lock_release_failures_total", {
+  description: "Releases that failed (the lease then expires on its own)"
+})
+export const renewals = Metric.counter("effect_lock_renewals_total", { description: "Confirmed lease renewals" })
+export const waitTime = Metric.timerWithBoundaries("effect_lock_wait_duration", [
+  1,
+  5,
+  10,
+  50,
+  100,
+  500,
+  1000,
+  5000,
+  30000
+])
+
+/** Live watchdog fibers, for tests and dashboards: 0 when no lock is held. */
+export const watchdogs = { active: 0 }

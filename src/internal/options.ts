@@ -1,0 +1,188 @@
+/**
+ * Validation of keys and options. Everything is checked before a backend is touched; a bad value
+ * yields a `LockOptionsError` naming the field.
+ */
+import { Duration, Effect, Schedule } from "effect"
+import * as ScheduleDecision from "effect/ScheduleDecision"
+import { LockOptionsError } from "../LockError.js"
+
+/**
+ * @since 0.1.0
+ * @category options
+ */
+export interface LockOptions {
+  /** How long the lease lasts without renewal. Default 30 seconds. */
+  readonly lease?: Duration.DurationInput | undefined
+  /**
+   * Renew the lease in the background while the lock is held. `true` (default) renews every
+   * lease/3; a duration renews at that period (it must be shorter than the lease); `false` lets the
+   * lease end on its own, and losing it then interrupts the program.
+   */
+  readonly renew?: boolean | Duration.DurationInput | undefined
+  /** How long to wait for the lock. Default: no limit (the wait stays interruptible). */
+  readonly wait?: Duration.DurationInput | undefined
+  /**
+   * The schedule between attempts while waiting. Release notifications and the holder's remaining
+   * lease wake the waiter earlier; the schedule is the safety net. When it stops recurring, the
+   * acquisition fails with `LockTimeoutError` (`reason: "retries-exhausted"`). Its input is a
+   * {@link BusyInfo}. Default: exponential from 20 ms, doubling, capped at 1 s, jittered.
+   */
+  readonly retry?: Schedule.Schedule<unknown, BusyInfo> | undefined
+  /** Draw a fencing token on every fresh acquisition. Default true. */
+  readonly fencing?: boolean | undefined
+}
+
+/**
+ * What the retry schedule is fed after each failed attempt.
+ *
+ * @since 0.1.0
+ * @category options
+ */
+export interface BusyInfo {
+  readonly key: string
+  readonly attempt: number
+  /** The holder's remaining lease, `undefined` when the lock has no expiry. */
+  readonly holderTtlMillis: number | undefined
+}
+
+/** Options after validation, in milliseconds. */
+export interface ResolvedOptions {
+  readonly leaseMillis: number
+  /** 0 when renewal is off. */
+  readonly renewMillis: number
+  /** `Infinity` when unbounded. */
+  readonly waitMillis: number
+  readonly retry: Schedule.Schedule<unknown, BusyInfo>
+  readonly fencing: boolean
+  /** Safety margin subtracted from the local deadline: 1% of the lease + 2 ms. */
+  readonly driftMillis: number
+}
+
+/** Keys longer than this (in UTF-8 bytes) are refused. */
+export const MAX_KEY_BYTES = 4096
+
+export const defaultRetry: Schedule.Schedule<unknown, BusyInfo> = Schedule.exponential("20 millis", 2).pipe(
+  Schedule.either(Schedule.spaced("1 second")),
+  Schedule.jittered
+)
+
+const DEFAULT_LEASE_MILLIS = 30_000
+
+export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsError> => {
+  if (typeof key !== "string") {
+    return Effect.fail(new LockOptionsError({ field: "key", reason: `must be a string, got ${typeof key}` }))
+  }
+  if (key.length === 0) {
+    return Effect.fail(new LockOptionsError({ field: "key", reason: "must not be empty" }))
+  }
+  const bytes = Buffer.byteLength(key, "utf8")
+  if (bytes > MAX_KEY_BYTES) {
+    return Effect.fail(
+      new LockOptionsError({ field: "key", reason: `is ${bytes} bytes long; the limit is ${MAX_KEY_BYTES} bytes` })
+    )
+  }
+  return Effect.succeed(key)
+}
+
+const isNegativeInput = (input: unknown): boolean => {
+  if (typeof input === "number") return input < 0
+  if (typeof input === "bigint") return input < 0n
+  if (typeof input === "string") return input.trim().startsWith("-")
+  if (Array.isArray(input)) return input.some((n) => typeof n === "number" && n < 0)
+  return false
+}
+
+/** Parse a duration input to milliseconds, refusing NaN, negatives, and (unless allowed) zero and infinity. */
+const toMillis = (
+  field: string,
+  input: unknown,
+  allow: { readonly zero: boolean; readonly infinite: boolean }
+): Effect.Effect<number, LockOptionsError> => {
+  const fail = (reason: string) => Effect.fail(new LockOptionsError({ field, reason }))
+  if (typeof input === "number" && Number.isNaN(input)) return fail("must be a number of milliseconds, got NaN")
+  if (isNegativeInput(input)) return fail(`must not be negative, got ${String(input)}`)
+  const decoded = Duration.decodeUnknown(input)
+  if (decoded._tag === "None") return fail(`is not a duration: ${String(input)}`)
+  const millis = Duration.toMillis(decoded.value)
+  if (!Number.isFinite(millis) && !allow.infinite) return fail("must be finite")
+  if (millis === 0 && !allow.zero) return fail(`must be positive, got ${String(input)}`)
+  return Effect.succeed(millis)
+}
+
+/** A schedule that refuses its very first step would stop every waiter at once. */
+const checkRecurs = (
+  retry: Schedule.Schedule<unknown, BusyInfo>
+): Effect.Effect<Schedule.Schedule<unknown, BusyInfo>, LockOptionsError> => {
+  if (!Schedule.isSchedule(retry)) {
+    return Effect.fail(new LockOptionsError({ field: "retry", reason: "must be a Schedule" }))
+  }
+  const input: BusyInfo = { key: "", attempt: 1, holderTtlMillis: undefined }
+  return retry.step(0, input, retry.initial).pipe(
+    Effect.flatMap(([, , decision]) =>
+      ScheduleDecision.isDone(decision)
+        ? Effect.fail(new LockOptionsError({ field: "retry", reason: "the schedule never recurs" }))
+        : Effect.succeed(retry)
+    )
+  )
+}
+
+const cache = new WeakMap<LockOptions, ResolvedOptions>()
+let defaults: ResolvedOptions | undefined
+
+export const resolveOptions = (options: LockOptions | undefined): Effect.Effect<ResolvedOptions, LockOptionsError> => {
+  if (options === undefined) {
+    return defaults === undefined
+      ? Effect.tap(resolveUncached({}), (resolved) => Effect.sync(() => defaults = resolved))
+      : Effect.succeed(defaults)
+  }
+  const cached = cache.get(options)
+  return cached !== undefined
+    ? Effect.succeed(cached)
+    : Effect.tap(resolveUncached(options), (resolved) => Effect.sync(() => cache.set(options, resolved)))
+}
+
+const resolveUncached = (options: LockOptions): Effect.Effect<ResolvedOptions, LockOptionsError> =>
+  Effect.gen(function*() {
+    if (typeof options !== "object" || options === null) {
+      return yield* new LockOptionsError({ field: "options", reason: "must be an object" })
+    }
+    const leaseMillis = options.lease === undefined
+      ? DEFAULT_LEASE_MILLIS
+      : yield* toMillis("lease", options.lease, { zero: false, infinite: false })
+    let renewMillis: number
+    if (options.renew === undefined || options.renew === true) {
+      renewMillis = Math.max(1, Math.floor(leaseMillis / 3))
+    } else if (options.renew === false) {
+      renewMillis = 0
+    } else {
+      renewMillis = yield* toMillis("renew", options.renew, { zero: false, infinite: false })
+      if (renewMillis >= leaseMillis) {
+        return yield* new LockOptionsError({
+          field: "renew",
+          reason: `the renewal period (${renewMillis} ms) must be shorter than the lease (${leaseMillis} ms)`
+        })
+      }
+    }
+    const waitMillis = options.wait === undefined
+      ? Infinity
+      : yield* toMillis("wait", options.wait, { zero: true, infinite: true })
+    const retry = options.retry === undefined ? defaultRetry : yield* checkRecurs(options.retry)
+    if (options.fencing !== undefined && typeof options.fencing !== "boolean") {
+      return yield* new LockOptionsError({ field: "fencing", reason: "must be a boolean" })
+    }
+    const driftMillis = Math.floor(leaseMillis * 0.01) + 2
+    if (driftMillis >= leaseMillis) {
+      return yield* new LockOptionsError({
+        field: "lease",
+        reason: `must be longer than the clock-drift margin (${driftMillis} ms)`
+      })
+    }
+    return {
+      leaseMillis,
+      renewMillis,
+      waitMillis,
+      retry,
+      fencing: options.fencing ?? true,
+      driftMillis
+    }
+  })

@@ -1,0 +1,80 @@
+/**
+ * The watchdog: a fiber in the hold's scope that renews the lease every `renew` period with an
+ * owner-checked call, and declares the lock lost when a renewal finds another owner or no lock,
+ * or when the local deadline passes without a confirmed renewal. With `renew: false` it only
+ * waits for the deadline.
+ */
+import { Clock, Effect, Metric } from "effect"
+import type { LockRequest } from "../LockBackend.js"
+import type { Hold } from "./hold.js"
+import { markLost } from "./hold.js"
+import * as metrics from "./metrics.js"
+
+const sleepUntil = (at: number) => Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, at - now)))
+
+const untilDeadline = (hold: Hold): Effect.Effect<void> =>
+  Effect.zipRight(sleepUntil(hold.deadline), markLost(hold, "expired"))
+
+const renewing = (hold: Hold): Effect.Effect<void> => {
+  const { backend, options } = hold
+  const request: LockRequest = {
+    key: hold.key,
+    owner: hold.owner.id,
+    leaseMillis: options.leaseMillis,
+    fencing: options.fencing
+  }
+  // After a failed renewal, retry soon: a third of the period, between 10 ms and 1 s.
+  const retryMillis = Math.min(1000, Math.max(10, Math.floor(options.renewMillis / 3)))
+  let confirmedAt = hold.acquiredAt
+  let lastError: unknown = undefined
+
+  const renewOnce = Effect.gen(function*() {
+    const startedAt = yield* Clock.currentTimeMillis
+    const left = hold.deadline - startedAt
+    if (left <= 0) return yield* markLost(hold, "renewal-failed", lastError)
+    const result = yield* backend.renew(request).pipe(
+      Effect.timeoutOption(left),
+      Effect.either
+    )
+    if (hold.state !== "held") return
+    if (result._tag === "Left") {
+      lastError = result.left
+      yield* Effect.logDebug("Lease renewal failed; retrying until the local deadline", result.left)
+      const now = yield* Clock.currentTimeMillis
+      return yield* Effect.sleep(Math.max(0, Math.min(retryMillis, hold.deadline - now)))
+    }
+    if (result.right._tag === "None") {
+      // The call outlived the deadline: the lease can no longer be trusted.
+      return yield* markLost(hold, "renewal-failed", lastError)
+    }
+    const outcome = result.right.value
+    if (outcome._tag === "Lost") return yield* markLost(hold, outcome.reason)
+    lastError = undefined
+    confirmedAt = startedAt
+    hold.deadline = startedAt + options.leaseMillis - options.driftMillis
+    yield* Metric.increment(metrics.renewals)
+    yield* nextRenewal
+  })
+  // Renew on the period, but never sleep past the deadline (a renew period close to the lease).
+  const nextRenewal = Effect.suspend(() => sleepUntil(Math.min(confirmedAt + options.renewMillis, hold.deadline)))
+
+  return Effect.zipRight(
+    nextRenewal,
+    Effect.whileLoop({ while: () => hold.state === "held", body: () => renewOnce, step: () => {} })
+  )
+}
+
+/** Start the watchdog in the hold's scope. It is interruptible even when started from a mask. */
+export const startWatchdog = (hold: Hold): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    metrics.watchdogs.active++
+    return Effect.forkIn(
+      Effect.interruptible(
+        (hold.options.renewMillis > 0 ? renewing(hold) : untilDeadline(hold)).pipe(
+          Effect.ensuring(Effect.sync(() => metrics.watchdogs.active--)),
+          Effect.annotateLogs({ key: hold.key, owner: hold.owner.id })
+        )
+      ),
+      hold.scope
+    )
+  }).pipe(Effect.asVoid)
