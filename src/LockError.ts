@@ -9,10 +9,10 @@ import { Schema } from "effect"
 /**
  * Why a held lock was lost.
  *
- * - `stolen`: a renewal found another owner in the lock (a force-unlock followed by another
- *   acquisition, or a foreign client overwrote the key).
- * - `expired`: the lease ran out: a renewal found no lock at all, or the lock was taken with
- *   `renew: false` and its lease ended.
+ * - `stolen`: a renewal found another owner in the lock, or no lock at all before the lease could
+ *   have run out (a force-unlock, a foreign client overwrote or deleted the key).
+ * - `expired`: the lease ran out: the lock was taken with `renew: false` and its lease ended, or
+ *   the process did not get to renew before the local deadline (paused, starved).
  * - `renewal-failed`: the local deadline (last confirmed renewal + lease - drift) passed without a
  *   confirmed renewal: the backend was unreachable, slow, or the process was paused.
  *

@@ -31,7 +31,9 @@ const renewing = (hold: Hold): Effect.Effect<void> => {
   const renewOnce = Effect.gen(function*() {
     const startedAt = yield* Clock.currentTimeMillis
     const left = hold.deadline - startedAt
-    if (left <= 0) return yield* markLost(hold, "renewal-failed", lastError)
+    // Past the deadline with no failed call: the process did not get to renew in time (paused,
+    // starved); with failed calls: the backend could not confirm a renewal.
+    if (left <= 0) return yield* markLost(hold, lastError === undefined ? "expired" : "renewal-failed", lastError)
     const result = yield* backend.renew(request).pipe(
       Effect.timeoutOption(left),
       Effect.either
@@ -48,7 +50,10 @@ const renewing = (hold: Hold): Effect.Effect<void> => {
       return yield* markLost(hold, "renewal-failed", lastError)
     }
     const outcome = result.right.value
-    if (outcome._tag === "Lost") return yield* markLost(hold, outcome.reason)
+    // Another owner, or no lock at all although this call started before our deadline (so the
+    // server-side lease cannot have run out): somebody took or deleted it (force-unlock, flush,
+    // failover). For the program both mean the lock was taken from it.
+    if (outcome._tag === "Lost") return yield* markLost(hold, "stolen")
     lastError = undefined
     confirmedAt = startedAt
     hold.deadline = startedAt + options.leaseMillis - options.driftMillis
