@@ -1,0 +1,120 @@
+/**
+ * Finds the TypeScript examples in the documentation, so that `scripts/check-docs.ts` can
+ * type-check them and `test/docs.test.ts` can run the ones that show their output.
+ *
+ * Conventions in the Markdown:
+ *
+ * - A fence whose info string starts with `ts` or `typescript` is an example. It must type-check
+ *   as a module on its own, importing the library as `"effect-lock"`.
+ * - `ts no-check` marks a deliberate fragment: it is neither type-checked nor run. Keep these rare.
+ * - A fence with the info string `text output` that directly follows an example (blank lines in
+ *   between are allowed) is that example's expected standard output. The docs test runs the
+ *   example and compares. Effect log lines (`timestamp=... level=...`) are left out of the
+ *   comparison, so examples print what they claim with `Console.log`.
+ */
+import { readdirSync, readFileSync } from "node:fs"
+import { join, relative } from "node:path"
+
+export interface DocBlock {
+  /** The Markdown file, relative to the repository root. */
+  readonly file: string
+  /** 1-based index of the block among the file's TypeScript blocks. */
+  readonly index: number
+  /** 1-based line in the Markdown of the block's first code line. */
+  readonly line: number
+  readonly code: string
+  readonly noCheck: boolean
+  /** The expected standard output, when the block is followed by a `text output` fence. */
+  readonly output: string | undefined
+}
+
+interface Fence {
+  readonly info: string
+  readonly line: number
+  readonly body: string
+  /** The line of the closing fence. */
+  readonly end: number
+}
+
+const fenceOpen = /^(\s*)(`{3,}|~{3,})\s*(.*)$/
+
+const fences = (markdown: string): ReadonlyArray<Fence> => {
+  const lines = markdown.split(/\r?\n/)
+  const found: Array<Fence> = []
+  for (let i = 0; i < lines.length; i++) {
+    const open = fenceOpen.exec(lines[i]!)
+    if (open === null) continue
+    const marker = open[2]!
+    const body: Array<string> = []
+    let j = i + 1
+    while (j < lines.length && !(lines[j]!.trim().startsWith(marker) && lines[j]!.trim().replace(/[`~]/g, "") === "")) {
+      body.push(lines[j]!)
+      j++
+    }
+    found.push({ info: open[3]!.trim(), line: i + 2, body: body.join("\n"), end: j + 1 })
+    i = j
+  }
+  return found
+}
+
+const isTs = (info: string) => /^(ts|typescript)(\s|$)/.test(info)
+
+/** The TypeScript blocks of one Markdown text. */
+export const extractBlocks = (file: string, markdown: string): ReadonlyArray<DocBlock> => {
+  const all = fences(markdown)
+  const lines = markdown.split(/\r?\n/)
+  const blocks: Array<DocBlock> = []
+  all.forEach((fence, i) => {
+    if (!isTs(fence.info)) return
+    const next = all[i + 1]
+    // Only blank lines may separate an example from its output.
+    const adjacent = next !== undefined &&
+      lines.slice(fence.end, next.line - 2).every((line) => line.trim() === "")
+    const output = adjacent && next.info === "text output" ? next.body : undefined
+    blocks.push({
+      file,
+      index: blocks.length + 1,
+      line: fence.line,
+      code: fence.body,
+      noCheck: /(^|\s)no-check(\s|$)/.test(fence.info),
+      output
+    })
+  })
+  return blocks
+}
+
+/** README.md and every Markdown file under docs/, relative to `root`. */
+export const docFiles = (root: string): ReadonlyArray<string> => {
+  const docs = join(root, "docs")
+  const inDocs = (() => {
+    try {
+      return readdirSync(docs).filter((name) => name.endsWith(".md")).sort().map((name) => join(docs, name))
+    } catch {
+      return []
+    }
+  })()
+  return [join(root, "README.md"), ...inDocs].map((path) => relative(root, path))
+}
+
+/** Every TypeScript block of the documentation under `root`. */
+export const allBlocks = (root: string): ReadonlyArray<DocBlock> =>
+  docFiles(root).flatMap((file) => {
+    try {
+      return extractBlocks(file, readFileSync(join(root, file), "utf8"))
+    } catch {
+      return []
+    }
+  })
+
+/** A file name for the extracted block: `docs/semantics.md` block 3 -> `docs_semantics_md_03.ts`. */
+export const blockFileName = (block: DocBlock): string =>
+  `${block.file.replace(/[^A-Za-z0-9]/g, "_")}_${String(block.index).padStart(2, "0")}.ts`
+
+/** Standard output with Effect's logfmt log lines removed, trailing whitespace trimmed. */
+export const comparableOutput = (stdout: string): string =>
+  stdout
+    .split(/\r?\n/)
+    .filter((line) => !/^timestamp=\S+ level=/.test(line))
+    .map((line) => line.trimEnd())
+    .join("\n")
+    .trim()
