@@ -10,57 +10,25 @@
  * Usage: `npm run check:docs` (part of `npm test`).
  */
 import { spawnSync } from "node:child_process"
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { DocBlock } from "./docBlocks.js"
-import { allBlocks, blockFileName, docFiles } from "./docBlocks.js"
+import { allBlocks, blockFileName, docFiles, exportsRedisBackend, usesRedis, writeBlockFiles } from "./docBlocks.js"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..")
-export const checkDir = join(root, ".scratch", "docs-check")
-
-/** Write the blocks and the tsconfig that maps `effect-lock` to the sources. */
-export const writeBlocks = (blocks: ReadonlyArray<DocBlock>): void => {
-  rmSync(checkDir, { recursive: true, force: true })
-  mkdirSync(checkDir, { recursive: true })
-  for (const block of blocks) {
-    // `export {}` makes every block a module, so two blocks may both declare `program`.
-    writeFileSync(join(checkDir, blockFileName(block)), `${block.code}\n\nexport {}\n`)
-  }
-  writeFileSync(
-    join(checkDir, "tsconfig.json"),
-    JSON.stringify(
-      {
-        extends: "../../tsconfig.json",
-        compilerOptions: {
-          noEmit: true,
-          // Examples declare things to show them, not to use them.
-          noUnusedLocals: false,
-          noUnusedParameters: false,
-          paths: { "effect-lock": ["../../src/index.ts"] }
-        },
-        include: ["*.ts"]
-      },
-      null,
-      2
-    )
-  )
-}
-
-const redisExported = (): boolean => {
-  const index = join(root, "src", "index.ts")
-  return existsSync(index) && /\bRedisBackend\b/.test(readFileSync(index, "utf8"))
-}
+const checkDir = join(root, ".scratch", "docs-check")
 
 const main = (): number => {
   const blocks = allBlocks(root)
-  const skippedRedis = redisExported() ? [] : blocks.filter((b) => !b.noCheck && /\bRedisBackend\b/.test(b.code))
+  const skippedRedis = exportsRedisBackend(root) ? [] : blocks.filter((b) => !b.noCheck && usesRedis(b))
   const checked = blocks.filter((b) => !b.noCheck && !skippedRedis.includes(b))
   const fragments = blocks.filter((b) => b.noCheck)
   for (const block of skippedRedis) {
     console.warn(`${block.file}:${block.line}: skipped (RedisBackend is not exported from src/index.ts yet)`)
   }
-  writeBlocks(checked)
+  // This script is outside tsconfig.json's `include`, so it is checked along with the examples.
+  writeBlockFiles(root, checkDir, checked, ["scripts/check-docs.ts"])
   const byName = new Map(checked.map((block) => [blockFileName(block), block]))
 
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc")

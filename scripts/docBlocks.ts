@@ -10,9 +10,10 @@
  * - A fence with the info string `text output` that directly follows an example (blank lines in
  *   between are allowed) is that example's expected standard output. The docs test runs the
  *   example and compares. Effect log lines (`timestamp=... level=...`) are left out of the
- *   comparison, so examples print what they claim with `Console.log`.
+ *   comparison, so examples print what they claim with `Console.log`. Examples that use
+ *   `RedisBackend` are only type-checked, never run (they would need a server).
  */
-import { readdirSync, readFileSync } from "node:fs"
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join, relative } from "node:path"
 
 export interface DocBlock {
@@ -118,3 +119,53 @@ export const comparableOutput = (stdout: string): string =>
     .map((line) => line.trimEnd())
     .join("\n")
     .trim()
+
+/**
+ * Write `blocks` into `dir` (emptied first), one module per block, with a tsconfig that maps
+ * `"effect-lock"` to `<root>/src/index.ts` for both `tsc` and `tsx`. `alsoInclude` adds files
+ * (relative to `root`) to the type-checked program.
+ */
+export const writeBlockFiles = (
+  root: string,
+  dir: string,
+  blocks: ReadonlyArray<DocBlock>,
+  alsoInclude: ReadonlyArray<string> = []
+): void => {
+  rmSync(dir, { recursive: true, force: true })
+  mkdirSync(dir, { recursive: true })
+  for (const block of blocks) {
+    // `export {}` makes every block a module, so two blocks may both declare `program`.
+    writeFileSync(join(dir, blockFileName(block)), `${block.code}\n\nexport {}\n`)
+  }
+  const up = relative(dir, root).split("\\").join("/")
+  writeFileSync(
+    join(dir, "tsconfig.json"),
+    JSON.stringify(
+      {
+        extends: `${up}/tsconfig.json`,
+        compilerOptions: {
+          noEmit: true,
+          // Examples declare things to show them, not to use them.
+          noUnusedLocals: false,
+          noUnusedParameters: false,
+          paths: { "effect-lock": [`${up}/src/index.ts`] }
+        },
+        include: ["*.ts", ...alsoInclude.map((path) => `${up}/${path}`)]
+      },
+      null,
+      2
+    )
+  )
+}
+
+/** Whether `src/index.ts` exports `RedisBackend` yet. */
+export const exportsRedisBackend = (root: string): boolean => {
+  try {
+    return /\bRedisBackend\b/.test(readFileSync(join(root, "src", "index.ts"), "utf8"))
+  } catch {
+    return false
+  }
+}
+
+/** Whether a block uses the Redis backend (such blocks are type-checked, never run). */
+export const usesRedis = (block: DocBlock): boolean => /\bRedisBackend\b/.test(block.code)
