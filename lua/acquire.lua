@@ -1,0 +1,34 @@
+-- acquire.lua: one attempt to take a Redisson-compatible RLock.
+--
+-- KEYS[1]  the lock: a hash whose field <owner> holds the hold count, with a PEXPIRE lease
+-- KEYS[2]  the fencing counter redisson_lock_token:{<lock>} (INCR, never expires)
+-- ARGV[1]  the lease in milliseconds
+-- ARGV[2]  the owner id (the hash field)
+-- ARGV[3]  "1" to draw a fencing token on a fresh acquisition, "0" not to
+--
+-- Returns  {1, token}  acquired; token is the counter as a decimal string (GET, not the Lua
+--                      number INCR returns, so that 64-bit values survive), "0" without fencing
+--          {0, pttl}   busy; pttl is the holder's remaining lease in ms, -1 when it has none
+--
+-- The first two branches are Redisson's tryLockInnerAsync: a free lock is created with a hold
+-- count of 1, and an owner already in the hash gets its count incremented and its lease reset.
+-- A re-entry returns the current token rather than drawing a new one.
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  if ARGV[3] == '1' then
+    redis.call('incr', KEYS[2])
+    return {1, redis.call('get', KEYS[2])}
+  end
+  return {1, '0'}
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  local token = '0'
+  if ARGV[3] == '1' then
+    token = redis.call('get', KEYS[2]) or '0'
+  end
+  return {1, token}
+end
+return {0, redis.call('pttl', KEYS[1])}

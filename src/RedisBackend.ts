@@ -1,0 +1,453 @@
+/**
+ * The Redis backend, on ioredis, in Redisson's RLock layout: the lock is a hash at the key whose
+ * field `<owner>` holds the hold count, with a `PEXPIRE` lease; a release publishes `0` on
+ * `redisson_lock__channel:{<key>}`; the fencing counter is `redisson_lock_token:{<key>}`. Java
+ * services on Redisson and TypeScript services on effect-lock therefore exclude each other on the
+ * same lock name. See `docs/redis.md`.
+ *
+ * Each backend uses exactly two connections, whatever the number of locks and waiters: one for
+ * commands (auto-pipelined) and one shared subscriber.
+ *
+ * @since 0.1.0
+ */
+import type { Scope } from "effect"
+import { Config, Duration, Effect, FiberSet, Layer, Option, Redacted } from "effect"
+import type { ConfigError } from "effect/ConfigError"
+import type { Redis, RedisOptions } from "ioredis"
+import type { AcquireResult, LockBackendShape, LockInfo, LockRequest, RenewResult } from "./LockBackend.js"
+import { LockBackend } from "./LockBackend.js"
+import { LockBackendError } from "./LockError.js"
+import { makeKeyLayout, unlockMessage } from "./internal/redisKeys.js"
+import { loadScripts, readScripts, runScript, type Script } from "./internal/redisScripts.js"
+import { makeWaiterQueue } from "./internal/waiterQueue.js"
+
+/**
+ * How to reach Redis.
+ *
+ * Give a `url` (`redis://` or `rediss://` for TLS, optionally with credentials) and/or ioredis
+ * `redis` options, or an existing ioredis `client`. The backend opens its own connections from a
+ * URL or options and closes them with its scope; an existing client is used for commands as it is
+ * and never closed (the subscriber connection is a `duplicate()` of it, which is closed).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RedisBackendOptions {
+  /** A Redis URL. Pass it as `Redacted` when it carries a password. */
+  readonly url?: string | Redacted.Redacted<string> | undefined
+  /**
+   * ioredis options (TLS, username/password, db, `retryStrategy`, ...). The backend overrides the
+   * ones its failure behaviour depends on: `enableOfflineQueue: false`,
+   * `autoResendUnfulfilledCommands: false`, `maxRetriesPerRequest: 0`, `commandTimeout`,
+   * `enableAutoPipelining: true` and `lazyConnect: true`.
+   */
+  readonly redis?: RedisOptions | undefined
+  /**
+   * An existing ioredis client to run commands on. It is not closed by the backend. Configure it
+   * with `enableOfflineQueue: false` if an acquire must never be replayed after a reconnect.
+   */
+  readonly client?: Redis | undefined
+  /** Prepended to every lock name, e.g. `"myapp:"`. Default: none. */
+  readonly prefix?: string | undefined
+  /** How long any single command may take before it fails. Default: 2 seconds. */
+  readonly commandTimeout?: Duration.DurationInput | undefined
+}
+
+const backend = "redis"
+
+const defaultCommandTimeout = Duration.seconds(2)
+
+type Connection = "command" | "subscriber"
+
+const fail = (operation: string, key: string | undefined, cause: unknown) =>
+  new LockBackendError(key === undefined ? { backend, operation, cause } : { backend, operation, key, cause })
+
+// Errors after which the command certainly did not run: it was never written (no connection and
+// no offline queue), or the server answered it (a script error).
+const certainlyNotRun = (error: unknown): boolean =>
+  error instanceof Error &&
+  (error.name === "ReplyError" ||
+    error.message.startsWith("Stream isn't writeable"))
+
+const decodeAcquire = (reply: unknown): AcquireResult | undefined => {
+  if (!Array.isArray(reply)) return undefined
+  const [status, value] = reply as [unknown, unknown]
+  if (status === 1 && typeof value === "string" && /^\d+$/.test(value)) {
+    return { _tag: "Acquired", fencingToken: BigInt(value) }
+  }
+  if (status === 0 && typeof value === "number") {
+    return { _tag: "Busy", ttlMillis: value < 0 ? undefined : value }
+  }
+  return undefined
+}
+
+const renewed: RenewResult = { _tag: "Renewed" }
+const stolen: RenewResult = { _tag: "Lost", reason: "stolen" }
+const expired: RenewResult = { _tag: "Lost", reason: "expired" }
+
+const decodeRenew = (reply: unknown): RenewResult | undefined =>
+  reply === 1 ? renewed : reply === 0 ? stolen : reply === -1 ? expired : undefined
+
+const decodeRelease = (reply: unknown): boolean | undefined =>
+  reply === 1 || reply === 0 ? true : reply === -1 ? false : undefined
+
+const decodeForceRelease = (reply: unknown): boolean | undefined =>
+  reply === 1 ? true : reply === 0 ? false : undefined
+
+const decodeInspect = (key: string) => (reply: unknown): Option.Option<LockInfo> | undefined => {
+  if (reply === null) return Option.none()
+  if (!Array.isArray(reply) || typeof reply[0] !== "number") return undefined
+  const holders: Array<{ owner: string; holdCount: number }> = []
+  for (let i = 1; i + 1 < reply.length; i += 2) {
+    holders.push({ owner: String(reply[i]), holdCount: Number(reply[i + 1]) })
+  }
+  return Option.some({ key, holders, ttlMillis: reply[0] < 0 ? undefined : reply[0] })
+}
+
+const ownOptions = (commandTimeout: number): RedisOptions => ({
+  lazyConnect: true,
+  enableAutoPipelining: true,
+  // An acquire must never sit in a queue while disconnected and run minutes later: commands fail
+  // at once when there is no connection, in-flight ones fail when it drops, and none is resent.
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+  commandTimeout
+})
+
+const subscriberOptions = (commandTimeout: number): RedisOptions => ({
+  lazyConnect: true,
+  enableAutoPipelining: false,
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+  // The backend resubscribes from its own wait queues after a reconnect.
+  autoResubscribe: false,
+  commandTimeout
+})
+
+/**
+ * Builds a Redis backend. Reads the scripts in `lua/`, connects the command and subscriber
+ * connections, loads the scripts (`SCRIPT LOAD`) and closes the connections it opened when the
+ * scope closes (`QUIT`, then a hard disconnect if that does not finish within the command
+ * timeout). Fails with `LockBackendError` when Redis cannot be reached or refuses the scripts.
+ *
+ * `ioredis` is imported only when the backend is built, so that effect-lock loads without it.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: RedisBackendOptions = {}
+): Effect.Effect<LockBackendShape, LockBackendError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const commandTimeout = Duration.toMillis(Duration.decode(options.commandTimeout ?? defaultCommandTimeout))
+    const layout = makeKeyLayout(options.prefix ?? "")
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const scripts = yield* Effect.tryPromise({
+      try: readScripts,
+      catch: (cause) => fail("read-scripts", undefined, cause)
+    })
+
+    // --- connections ----------------------------------------------------------------------------
+
+    const lastError: Record<Connection, Error | undefined> = { command: undefined, subscriber: undefined }
+    // Listeners stay on connections the backend owns (a late error event after the close must still
+    // find a listener) and are removed from an external client when the scope closes.
+    const watch = (redis: Redis, connection: Connection, detach: boolean) => {
+      const onError = (error: Error) => {
+        // ioredis reports every failed reconnect attempt; the first of a run is worth a warning.
+        const repeated = lastError[connection]?.message === error.message
+        lastError[connection] = error
+        const log = repeated ? Effect.logDebug : Effect.logWarning
+        runFork(log(`Redis ${connection} connection error: ${error.message}`).pipe(
+          Effect.annotateLogs({ backend, connection })
+        ))
+      }
+      const onReady = () => {
+        if (lastError[connection] === undefined) return
+        lastError[connection] = undefined
+        runFork(Effect.logInfo(`Redis ${connection} connection re-established`).pipe(
+          Effect.annotateLogs({ backend, connection })
+        ))
+      }
+      redis.on("error", onError)
+      redis.on("ready", onReady)
+      return detach
+        ? Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            redis.off("error", onError)
+            redis.off("ready", onReady)
+          })
+        )
+        : Effect.void
+    }
+
+    const close = (redis: Redis) =>
+      Effect.tryPromise(() => redis.quit()).pipe(
+        Effect.timeout(commandTimeout),
+        Effect.ignore,
+        Effect.ensuring(Effect.sync(() => redis.disconnect()))
+      )
+
+    const connect = (redis: Redis, connection: Connection) =>
+      Effect.tryPromise({
+        try: () => redis.connect(),
+        catch: (cause) => fail(`connect (${connection})`, undefined, lastError[connection] ?? cause)
+      })
+
+    const openOwned = (create: () => Redis, connection: Connection) =>
+      Effect.gen(function*() {
+        const redis = yield* Effect.acquireRelease(Effect.sync(create), close)
+        yield* watch(redis, connection, false)
+        yield* connect(redis, connection)
+        return redis
+      })
+
+    let command: Redis
+    let subscriber: Redis
+    const external = options.client
+    if (external !== undefined) {
+      command = external
+      yield* watch(command, "command", true)
+      if (command.status === "wait") yield* connect(command, "command")
+      subscriber = yield* openOwned(() => external.duplicate(subscriberOptions(commandTimeout)), "subscriber")
+    } else {
+      const { Redis } = yield* Effect.tryPromise({
+        try: () => import("ioredis"),
+        catch: (cause) => fail("load ioredis", undefined, cause)
+      })
+      const url = options.url === undefined
+        ? undefined
+        : typeof options.url === "string"
+        ? options.url
+        : Redacted.value(options.url)
+      const commandOptions: RedisOptions = {
+        connectionName: "effect-lock",
+        ...options.redis,
+        ...ownOptions(commandTimeout)
+      }
+      command = yield* openOwned(
+        () => url === undefined ? new Redis(commandOptions) : new Redis(url, commandOptions),
+        "command"
+      )
+      subscriber = yield* openOwned(() => command.duplicate(subscriberOptions(commandTimeout)), "subscriber")
+    }
+
+    yield* Effect.tryPromise({
+      try: () => loadScripts(command, scripts),
+      catch: (cause) => fail("load-scripts", undefined, cause)
+    })
+
+    // An external client may have no command timeout of its own; then the backend applies one.
+    const bounded: <A>(effect: Effect.Effect<A, LockBackendError>, operation: string, key: string) => Effect.Effect<
+      A,
+      LockBackendError
+    > = typeof command.options.commandTimeout === "number"
+      ? (effect) => effect
+      : (effect, operation, key) =>
+        Effect.timeoutFail(effect, {
+          duration: commandTimeout,
+          onTimeout: () => fail(operation, key, new Error("Command timed out"))
+        })
+
+    // --- scripts ----------------------------------------------------------------------------------
+
+    const unexpected = (operation: string, key: string, reply: unknown) =>
+      fail(operation, key, new Error(`unexpected reply ${JSON.stringify(reply)}`))
+
+    const call = <A>(
+      operation: string,
+      key: string,
+      script: Script,
+      keys: ReadonlyArray<string>,
+      args: ReadonlyArray<string>,
+      decode: (reply: unknown) => A | undefined
+    ): Effect.Effect<A, LockBackendError> =>
+      bounded(
+        Effect.async<A, LockBackendError>((resume) => {
+          runScript(command, script, keys, args, (reply) => {
+            const value = decode(reply)
+            resume(value === undefined ? Effect.fail(unexpected(operation, key, reply)) : Effect.succeed(value))
+          }, (cause) => resume(Effect.fail(fail(operation, key, cause))))
+        }),
+        operation,
+        key
+      )
+
+    const releaseArgs = (key: string, owner: string) => {
+      const keys = layout.keysOf(key)
+      return [[keys.lock, keys.channel], [owner, unlockMessage]] as const
+    }
+
+    // The acquire script may have run although its reply never reached the caller (a command
+    // timeout, a dropped connection, an interrupted caller). Its hold is then released here, owner
+    // checked, on the same connection and so after the acquire itself. The release decrements, so
+    // it can only ever cancel that one acquire.
+    const compensate = (request: LockRequest, why: string) => {
+      const annotate = Effect.annotateLogs({ backend, key: request.key, owner: request.owner, why })
+      const [keys, args] = releaseArgs(request.key, request.owner)
+      runScript(command, scripts.release, keys, args, (reply) => {
+        if (reply !== -1) {
+          runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+        }
+      }, (error) => {
+        runFork(annotate(Effect.logWarning(
+          "Could not release a lock possibly taken by an acquire whose reply was lost; it expires with its lease"
+        ).pipe(Effect.annotateLogs("error", error instanceof Error ? error.message : String(error)))))
+      })
+    }
+
+    const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult, LockBackendError> =>
+      bounded(
+        Effect.async<AcquireResult, LockBackendError>((resume) => {
+          const keys = layout.keysOf(request.key)
+          let abandoned = false
+          let settled = false
+          runScript(
+            command,
+            scripts.acquire,
+            [keys.lock, keys.token],
+            [String(request.leaseMillis), request.owner, request.fencing ? "1" : "0"],
+            (reply) => {
+              settled = true
+              const result = decodeAcquire(reply)
+              if (!abandoned) {
+                resume(result === undefined ? Effect.fail(unexpected("acquire", request.key, reply)) : Effect.succeed(result))
+              } else if (result?._tag === "Acquired") {
+                compensate(request, "caller interrupted")
+              }
+            },
+            (cause) => {
+              settled = true
+              if (!certainlyNotRun(cause)) compensate(request, cause instanceof Error ? cause.message : String(cause))
+              if (!abandoned) resume(Effect.fail(fail("acquire", request.key, cause)))
+            }
+          )
+          // Interrupted while the script is in flight: whatever it turns out to have done must not
+          // outlive this caller.
+          return Effect.sync(() => {
+            if (!settled) abandoned = true
+          })
+        }),
+        "acquire",
+        request.key
+      )
+
+    const renew = (request: LockRequest): Effect.Effect<RenewResult, LockBackendError> =>
+      call(
+        "renew",
+        request.key,
+        scripts.renew,
+        [layout.keysOf(request.key).lock],
+        [String(request.leaseMillis), request.owner],
+        decodeRenew
+      )
+
+    const release = (key: string, owner: string): Effect.Effect<boolean, LockBackendError> => {
+      const [keys, args] = releaseArgs(key, owner)
+      return call("release", key, scripts.release, keys, args, decodeRelease)
+    }
+
+    const forceRelease = (key: string): Effect.Effect<boolean, LockBackendError> => {
+      const keys = layout.keysOf(key)
+      return call("force-release", key, scripts["force-release"], [keys.lock, keys.channel], [unlockMessage], decodeForceRelease)
+    }
+
+    const inspect = (key: string): Effect.Effect<Option.Option<LockInfo>, LockBackendError> =>
+      call("inspect", key, scripts.inspect, [layout.keysOf(key).lock], [], decodeInspect(key))
+
+    // --- release notifications ---------------------------------------------------------------------
+
+    const logSubscriptionFailure = (operation: string, channels: ReadonlyArray<string>) => (error: unknown) =>
+      Effect.logWarning(
+        `Redis ${operation} failed; waiters fall back to their retry schedule and the holder's lease`
+      ).pipe(
+        Effect.annotateLogs({ backend, channels: channels.join(" ") }),
+        Effect.annotateLogs("error", error instanceof Error ? error.message : String(error))
+      )
+
+    const subscribeChannels = (channels: ReadonlyArray<string>) =>
+      channels.length === 0 ? Effect.void : Effect.tryPromise(() => subscriber.subscribe(...channels)).pipe(
+        Effect.asVoid,
+        Effect.catchAll((error) => logSubscriptionFailure("SUBSCRIBE", channels)(error.error))
+      )
+
+    const queue = makeWaiterQueue({
+      // A failed SUBSCRIBE does not fail the waiter: it is only woken later, by its schedule.
+      onFirst: (key) => subscribeChannels([layout.channelOf(key)]),
+      onLast: (key) => {
+        const channel = layout.channelOf(key)
+        return Effect.tryPromise(() => subscriber.unsubscribe(channel)).pipe(
+          Effect.asVoid,
+          Effect.catchAll((error) => logSubscriptionFailure("UNSUBSCRIBE", [channel])(error.error))
+        )
+      }
+    })
+
+    const onMessage = (channel: string) => {
+      // Any message is a hint to retry: Redisson and effect-lock publish "0".
+      const key = layout.keyOfChannel(channel)
+      if (key !== undefined) queue.notify(key)
+    }
+    // Releases published while the subscriber was away were missed: resubscribe, then wake one
+    // waiter per key to try again.
+    const onSubscriberReady = () => {
+      runFork(
+        Effect.suspend(() => subscribeChannels(queue.waitingKeys().map(layout.channelOf))).pipe(
+          Effect.ensuring(Effect.sync(() => queue.notifyEveryKey()))
+        )
+      )
+    }
+    yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        subscriber.on("message", onMessage)
+        subscriber.on("ready", onSubscriberReady)
+      }),
+      () =>
+        Effect.sync(() => {
+          subscriber.off("message", onMessage)
+          subscriber.off("ready", onSubscriberReady)
+        })
+    )
+
+    return LockBackend.of({
+      name: backend,
+      tryAcquire,
+      renew,
+      release,
+      forceRelease,
+      inspect,
+      subscribe: queue.register
+    })
+  })
+
+/**
+ * A layer providing a Redis `LockBackend`. The connections live as long as the layer.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { RedisBackend, withLock } from "effect-lock"
+ *
+ * const program = withLock("orders:42", Effect.log("alone"))
+ * program.pipe(Effect.provide(RedisBackend.layer({ url: "redis://127.0.0.1:6379", prefix: "shop:" })))
+ * ```
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: RedisBackendOptions = {}): Layer.Layer<LockBackend, LockBackendError> =>
+  Layer.scoped(LockBackend, make(options))
+
+/**
+ * Like `layer`, with the URL read from the `REDIS_URL` config value (by default the environment
+ * variable). The URL is read as `Redacted`, so a password in it never reaches a log.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (
+  options: Omit<RedisBackendOptions, "url" | "client"> = {}
+): Layer.Layer<LockBackend, LockBackendError | ConfigError> =>
+  Layer.unwrapEffect(Effect.map(Config.redacted("REDIS_URL"), (url) => layer({ ...options, url })))
