@@ -1,0 +1,399 @@
+/**
+ * One focused test per rule of DESIGN §2 that applies to one process, on the memory backend under
+ * TestClock. Each would fail if its rule were broken.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber, Metric, Option, Schedule, Scope, TestClock } from "effect"
+import type { LockBackend } from "../src/index.js"
+import { Lock, LockOptionsError, withLock } from "../src/index.js"
+import * as metrics from "../src/internal/metrics.js"
+import { makeInstrumented } from "./support/instrumented.js"
+
+/** Let forked fibers run up to their next suspension. */
+const settle = Effect.repeatN(Effect.yieldNow(), 50)
+
+/** A foreign owner takes the key directly in the backend (no watchdog, never released). */
+const occupy = (backend: { tryAcquire: Effect.Effect.Success<typeof makeInstrumented>["backend"]["tryAcquire"] }, key: string, leaseMillis: number) =>
+  backend.tryAcquire({ key, owner: "foreign:1", leaseMillis, fencing: true })
+
+describe("acquire and wait (§2.1)", () => {
+  it.effect("a free lock costs exactly one backend attempt", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* withLock("k", Effect.void).pipe(Effect.provide(t.layer))
+      assert.strictEqual(t.calls.tryAcquire, 1)
+      assert.strictEqual(t.calls.subscribe, 0)
+      assert.strictEqual(t.calls.release, 1)
+    }))
+
+  it.effect("a release notification wakes the waiter without any time passing", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const release = yield* Deferred.make<void>()
+      const holder = yield* Effect.fork(withLock("k", Deferred.await(release)).pipe(Effect.provide(t.layer)))
+      yield* settle
+      const waiter = yield* Effect.fork(
+        withLock("k", Effect.succeed("in"), { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))
+      )
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)))
+      yield* Deferred.succeed(release, void 0)
+      yield* Fiber.join(holder)
+      yield* settle
+      const result = yield* Fiber.poll(waiter)
+      assert.deepStrictEqual(Option.map(result, Exit.isSuccess), Option.some(true))
+    }))
+
+  it.effect("a waiter wakes when the holder's lease ends, not later", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 5_000)
+      const waiter = yield* Effect.fork(
+        withLock("k", Effect.succeed("in"), { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))
+      )
+      yield* settle
+      yield* TestClock.adjust(4_999)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "still waiting before the lease ends")
+      yield* TestClock.adjust(2)
+      yield* settle
+      assert.isTrue(Option.isSome(yield* Fiber.poll(waiter)), "in right after the lease ends")
+    }))
+
+  it.effect("between wake-ups the retry schedule drives the attempts", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 3_600_000)
+      const waiter = yield* Effect.fork(
+        withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer))
+      )
+      yield* settle
+      const before = t.calls.tryAcquire
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire - before, 10)
+      yield* Fiber.interrupt(waiter)
+    }))
+
+  it.effect("wait runs out at exactly the budget with LockTimeoutError", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 3_600_000)
+      const waiter = yield* Effect.fork(
+        Effect.flip(withLock("k", Effect.void, { wait: "2 seconds" })).pipe(Effect.provide(t.layer))
+      )
+      yield* settle
+      yield* TestClock.adjust(1_999)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)))
+      yield* TestClock.adjust(1)
+      const error = yield* Fiber.join(waiter)
+      assert.strictEqual(error._tag, "LockTimeoutError")
+      if (error._tag === "LockTimeoutError") {
+        assert.strictEqual(error.waitedMillis, 2_000)
+        assert.strictEqual(error.reason, "wait-elapsed")
+      }
+    }))
+
+  it.effect("interrupting a waiter leaves no lock, no waiter and no watchdog", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 1_000)
+      const waiter = yield* Effect.fork(withLock("k", Effect.never).pipe(Effect.provide(t.layer)))
+      yield* settle
+      assert.strictEqual((yield* t.backend.waiters).fibers, 1)
+      yield* Fiber.interrupt(waiter)
+      assert.deepStrictEqual(yield* t.backend.waiters, { fibers: 0, keys: [] })
+      yield* TestClock.adjust(2_000)
+      yield* settle
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+      assert.strictEqual(metrics.watchdogs.active, 0)
+    }))
+})
+
+describe("reentrancy and owners (§2.2)", () => {
+  it.effect("a nested withLock on a held key makes no backend call", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const counts = yield* withLock("k", () =>
+        Effect.gen(function*() {
+          const before = { ...t.calls }
+          const inner = yield* withLock("k", withLock("k", (lease) => Effect.succeed(lease.holdCount)))
+          return { before, after: { ...t.calls }, inner }
+        })).pipe(Effect.provide(t.layer))
+      assert.deepStrictEqual(counts.after, counts.before)
+      assert.strictEqual(counts.inner, 3)
+      assert.strictEqual(t.calls.release, 1, "one release, when the outermost hold ends")
+    }))
+
+  it.effect("two fibers without a shared owner exclude each other in one process", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const first = yield* Effect.fork(withLock("k", Effect.sleep(1_000)).pipe(Effect.provide(t.layer)))
+      yield* settle
+      const second = yield* Effect.flip(withLock("k", Effect.void, { wait: 0 })).pipe(Effect.provide(t.layer))
+      assert.strictEqual(second._tag, "LockTimeoutError")
+      yield* TestClock.adjust(1_000)
+      yield* Fiber.join(first)
+    }))
+
+  it.effect("FiberRef fork: fibers the program forks inherit its owner and reenter", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const [outer, child] = yield* withLock("k", (lease) =>
+        Effect.gen(function*() {
+          const fiber = yield* Effect.fork(Effect.flatMap(Lock.currentLease("k"), (current) => Effect.succeed(current)))
+          return [lease, yield* Fiber.join(fiber)] as const
+        })).pipe(Effect.provide(t.layer))
+      assert.isTrue(Option.isSome(child))
+      assert.strictEqual(Option.getOrThrow(child).owner, outer.owner)
+    }))
+
+  it.effect("FiberRef join: a child's owner never leaks into the fiber that joins it", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const scope = yield* Scope.make()
+      const child = yield* Effect.fork(Lock.acquire("k").pipe(Scope.extend(scope), Effect.provide(t.layer)))
+      const lease = yield* Fiber.join(child)
+      assert.strictEqual(lease.holdCount, 1)
+      // The parent joined the child but is not the lock's owner: it neither sees the lease nor reenters.
+      assert.isTrue(Option.isNone(yield* Lock.currentLease("k")))
+      const parentTry = yield* Effect.flip(withLock("k", Effect.void, { wait: 0 })).pipe(Effect.provide(t.layer))
+      assert.strictEqual(parentTry._tag, "LockTimeoutError")
+      yield* Scope.close(scope, Exit.void)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+
+  it.effect("siblings of one owner racing for the same key share one backend acquisition", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 1_000)
+      const tokens = yield* withLock("other", () =>
+        Effect.all(
+          [1, 2, 3].map(() => withLock("k", (lease) => Effect.as(Effect.sleep(10), lease.fencingToken))),
+          { concurrency: "unbounded" }
+        ).pipe(Effect.fork, Effect.tap(() => Effect.zipRight(settle, TestClock.adjust(1_100))), Effect.flatMap(Fiber.join))).pipe(
+          Effect.provide(t.layer)
+        )
+      assert.strictEqual(new Set(tokens).size, 1, "all three share the one fresh acquisition")
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+})
+
+describe("lease and watchdog (§2.3)", () => {
+  it.effect("the watchdog renews every lease/3 and dies with the scope", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const fiber = yield* Effect.fork(withLock("k", Effect.sleep(10_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer)))
+      yield* settle
+      assert.strictEqual(metrics.watchdogs.active, 1)
+      for (let i = 1; i <= 9; i++) {
+        yield* TestClock.adjust(1_000)
+        yield* settle
+        assert.strictEqual(t.calls.renew, i, `renewal ${i} after ${i} s`)
+      }
+      yield* TestClock.adjust(1_000)
+      yield* Fiber.join(fiber)
+      assert.strictEqual(metrics.watchdogs.active, 0)
+      const renewals = t.calls.renew
+      yield* TestClock.adjust(10_000)
+      yield* settle
+      assert.strictEqual(t.calls.renew, renewals, "no renewal after the scope closed")
+    }))
+
+  it.effect("a renew period can be set explicitly", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.sleep(1_000), { lease: "3 seconds", renew: "100 millis" }).pipe(Effect.provide(t.layer))
+      )
+      yield* settle
+      yield* TestClock.adjust(1_000)
+      yield* Fiber.join(fiber)
+      assert.strictEqual(t.calls.renew, 10)
+    }))
+})
+
+describe("release (§2.4)", () => {
+  it.effect("release is the finaliser: failure and interruption release too", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const failed = yield* Effect.exit(withLock("k", Effect.fail("boom")).pipe(Effect.provide(t.layer)))
+      assert.isTrue(Exit.isFailure(failed))
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+      const fiber = yield* Effect.fork(withLock("k", Effect.never).pipe(Effect.provide(t.layer)))
+      yield* settle
+      assert.strictEqual(yield* t.backend.lockCount, 1)
+      yield* Fiber.interrupt(fiber)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+
+  it.effect("a failed release is counted and does not change the program's result", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      t.failReleases = true
+      const before = (yield* Metric.value(metrics.releaseFailures)).count
+      const result = yield* withLock("k", Effect.succeed("ok"), { lease: "5 seconds" }).pipe(Effect.provide(t.layer))
+      assert.strictEqual(result, "ok")
+      assert.strictEqual((yield* Metric.value(metrics.releaseFailures)).count, before + 1)
+      assert.strictEqual(yield* t.backend.lockCount, 1, "the lock stays until its lease ends")
+      assert.strictEqual(metrics.watchdogs.active, 0, "but nobody renews it")
+      yield* TestClock.adjust(5_000)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+})
+
+describe("loss is never silent (§2.5)", () => {
+  it.effect("stolen: interrupted with reason stolen within one renewal period", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      let finished = false
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.zipRight(Effect.sleep(60_000), Effect.sync(() => finished = true)), { lease: "3 seconds" })
+          .pipe(Effect.provide(t.layer), Effect.flip)
+      )
+      yield* settle
+      yield* TestClock.adjust(500)
+      yield* t.backend.forceRelease("k")
+      yield* occupy(t.backend, "k", 60_000)
+      yield* TestClock.adjust(500) // the next renewal is due at 1 s
+      yield* settle
+      const error = yield* Fiber.join(fiber)
+      assert.strictEqual(error._tag, "LockLostError")
+      if (error._tag === "LockLostError") assert.strictEqual(error.reason, "stolen")
+      assert.isFalse(finished)
+    }))
+
+  it.effect("renewal failing: interrupted exactly at the local deadline (lease - drift)", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      t.failAllRenewals = true
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.never, { lease: "10 seconds" }).pipe(Effect.provide(t.layer), Effect.flip)
+      )
+      yield* settle
+      const deadline = 10_000 - (100 + 2) // drift = 1% of the lease + 2 ms
+      yield* TestClock.adjust(deadline - 1)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(fiber)), "still running before the deadline")
+      assert.isAbove(t.calls.renew, 1, "renewals were retried")
+      yield* TestClock.adjust(1)
+      yield* settle
+      const error = yield* Fiber.join(fiber)
+      assert.strictEqual(error._tag, "LockLostError")
+      if (error._tag === "LockLostError") {
+        assert.strictEqual(error.reason, "renewal-failed")
+        assert.strictEqual(error.heldMillis, deadline)
+      }
+    }))
+
+  it.effect("renew: false: interrupted at the end of the lease, before the backend frees it", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      let inside = true
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.never.pipe(Effect.ensuring(Effect.sync(() => inside = false))), {
+          lease: "1 second",
+          renew: false
+        }).pipe(Effect.provide(t.layer), Effect.flip)
+      )
+      yield* settle
+      yield* TestClock.adjust(1_000 - 12)
+      yield* settle
+      const error = yield* Fiber.join(fiber)
+      assert.isFalse(inside, "the program was interrupted")
+      assert.strictEqual(error._tag, "LockLostError")
+      if (error._tag === "LockLostError") assert.strictEqual(error.reason, "expired")
+      assert.strictEqual(t.calls.renew, 0)
+    }))
+
+  it.effect("Lease.guard and Lease.lost report loss to scoped acquirers", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const scope = yield* Scope.make()
+      const lease = yield* Lock.acquire("k", { lease: "1 second", renew: false }).pipe(
+        Scope.extend(scope),
+        Effect.provide(t.layer)
+      )
+      const guarded = yield* Effect.fork(lease.guard(Effect.never))
+      yield* settle
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      const error = yield* Effect.flip(Fiber.join(guarded))
+      assert.strictEqual(error.reason, "expired")
+      assert.isFalse(yield* lease.isHeld)
+      assert.strictEqual((yield* Effect.flip(lease.lost)).reason, "expired")
+      yield* Scope.close(scope, Exit.void)
+    }))
+})
+
+describe("fencing (§2.6)", () => {
+  it.effect("tokens strictly increase per key and survive expiry; keys count separately", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const token = (key: string) => withLock(key, (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(t.layer))
+      const a1 = yield* token("a")
+      const a2 = yield* token("a")
+      yield* occupy(t.backend, "a", 100)
+      yield* TestClock.adjust(200)
+      const a3 = yield* token("a")
+      const b1 = yield* token("b")
+      assert.deepStrictEqual([a1, a2, a3, b1], [1n, 2n, 4n, 1n])
+    }))
+})
+
+describe("bad input (§2.8)", () => {
+  it.effect("each bad option names its field and nothing reaches the backend", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const attempts: ReadonlyArray<Effect.Effect<unknown, { readonly _tag: string }, LockBackend>> = [
+        withLock("", Effect.void),
+        withLock("x".repeat(4097), Effect.void),
+        withLock("k", Effect.void, { lease: 0 }),
+        withLock("k", Effect.void, { lease: "-1 seconds" }),
+        withLock("k", Effect.void, { lease: Number.NaN }),
+        withLock("k", Effect.void, { lease: Number.POSITIVE_INFINITY }),
+        withLock("k", Effect.void, { lease: "nonsense" as never }),
+        withLock("k", Effect.void, { lease: 10_000, renew: 10_000 }),
+        withLock("k", Effect.void, { wait: -1 }),
+        withLock("k", Effect.void, { retry: Schedule.recurs(0) }),
+        withLock("k", Effect.void, { fencing: "yes" as never }),
+        Effect.scoped(Lock.acquire("", {})),
+        Effect.scoped(Lock.tryAcquire("k", { lease: -1 })),
+        Lock.withLockIfAvailable("", Effect.void),
+        Lock.forceUnlock(""),
+        Lock.isLocked("")
+      ]
+      const fields: Array<string> = []
+      for (const attempt of attempts) {
+        const error = yield* Effect.flip(Effect.provide(attempt, t.layer))
+        fields.push(error instanceof LockOptionsError ? error.field : error._tag)
+      }
+      assert.deepStrictEqual(fields, [
+        "key",
+        "key",
+        "lease",
+        "lease",
+        "lease",
+        "lease",
+        "lease",
+        "renew",
+        "wait",
+        "retry",
+        "fencing",
+        "key",
+        "lease",
+        "key",
+        "key",
+        "key"
+      ])
+      assert.deepStrictEqual(t.calls, { tryAcquire: 0, renew: 0, release: 0, subscribe: 0 })
+    }))
+
+  it.effect("a key of exactly 4096 bytes is accepted", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const value = yield* withLock("é".repeat(2048), Effect.succeed(1)).pipe(Effect.provide(t.layer))
+      assert.strictEqual(value, 1)
+    }))
+})
