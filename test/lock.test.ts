@@ -44,6 +44,32 @@ describe("acquire and wait (§2.1)", () => {
       assert.deepStrictEqual(Option.map(result, Exit.isSuccess), Option.some(true))
     }))
 
+  it.effect("local waiters are served first in, first out, and one release wakes one waiter", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const order: Array<number> = []
+      const gates = [0, 1, 2, 3].map(() => Effect.runSync(Deferred.make<void>()))
+      const holder = (i: number) =>
+        withLock("k", Effect.zipRight(Effect.sync(() => order.push(i)), Deferred.await(gates[i]!)), {
+          retry: Schedule.spaced("1 hour")
+        }).pipe(Effect.provide(t.layer))
+      const fibers = [yield* Effect.fork(holder(0))]
+      yield* settle
+      for (const i of [1, 2, 3]) {
+        fibers.push(yield* Effect.fork(holder(i)))
+        yield* settle
+      }
+      for (const i of [0, 1, 2]) {
+        const attemptsBefore = t.calls.tryAcquire
+        yield* Deferred.succeed(gates[i]!, void 0)
+        yield* settle
+        assert.strictEqual(t.calls.tryAcquire - attemptsBefore, 1, "one release, one woken waiter, one attempt")
+      }
+      yield* Deferred.succeed(gates[3]!, void 0)
+      yield* Effect.forEach(fibers, Fiber.join)
+      assert.deepStrictEqual(order, [0, 1, 2, 3])
+    }))
+
   it.effect("a waiter wakes when the holder's lease ends, not later", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
