@@ -111,14 +111,48 @@ export const allBlocks = (root: string): ReadonlyArray<DocBlock> =>
 export const blockFileName = (block: DocBlock): string =>
   `${block.file.replace(/[^A-Za-z0-9]/g, "_")}_${String(block.index).padStart(2, "0")}.ts`
 
-/** Standard output with Effect's logfmt log lines removed, trailing whitespace trimmed. */
-export const comparableOutput = (stdout: string): string =>
-  stdout
-    .split(/\r?\n/)
-    .filter((line) => !/^timestamp=\S+ level=/.test(line))
-    .map((line) => line.trimEnd())
-    .join("\n")
-    .trim()
+/** Whether `text` leaves a logfmt double-quoted value open (an odd number of unescaped quotes). */
+const opensQuote = (text: string, open: boolean): boolean => {
+  let inside = open
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === "\\") i++
+    else if (text[i] === "\"") inside = !inside
+  }
+  return inside
+}
+
+/**
+ * Standard output with Effect's logfmt log records removed (including the continuation lines of
+ * a multi-line quoted value), trailing whitespace trimmed.
+ */
+export const comparableOutput = (stdout: string): string => {
+  const kept: Array<string> = []
+  let inLog = false
+  for (const line of stdout.split(/\r?\n/)) {
+    if (inLog) {
+      inLog = opensQuote(line, true)
+      continue
+    }
+    if (/^timestamp=\S+ level=/.test(line)) {
+      inLog = opensQuote(line, false)
+      continue
+    }
+    kept.push(line.trimEnd())
+  }
+  return kept.join("\n").trim()
+}
+
+/** Whether `src/index.ts` exports `RedisBackend` yet. */
+export const exportsRedisBackend = (root: string): boolean => {
+  try {
+    return /\bRedisBackend\b/.test(readFileSync(join(root, "src", "index.ts"), "utf8"))
+  } catch {
+    return false
+  }
+}
+
+/** Whether a block uses the Redis backend (such blocks are type-checked, never run). */
+export const usesRedis = (block: DocBlock): boolean => /\bRedisBackend\b/.test(block.code)
 
 /**
  * Write `blocks` into `dir` (emptied first), one module per block, with a tsconfig that maps
@@ -157,15 +191,3 @@ export const writeBlockFiles = (
     )
   )
 }
-
-/** Whether `src/index.ts` exports `RedisBackend` yet. */
-export const exportsRedisBackend = (root: string): boolean => {
-  try {
-    return /\bRedisBackend\b/.test(readFileSync(join(root, "src", "index.ts"), "utf8"))
-  } catch {
-    return false
-  }
-}
-
-/** Whether a block uses the Redis backend (such blocks are type-checked, never run). */
-export const usesRedis = (block: DocBlock): boolean => /\bRedisBackend\b/.test(block.code)
