@@ -59,8 +59,23 @@ const defaultCommandTimeout = Duration.seconds(2)
 
 type Connection = "command" | "subscriber"
 
-const fail = (operation: string, key: string | undefined, cause: unknown) =>
-  new LockBackendError(key === undefined ? { backend, operation, cause } : { backend, operation, key, cause })
+// ioredis attaches the failed command to its errors, arguments included: for AUTH and HELLO those
+// are the credentials, which must not travel on in an error that may be logged or serialised.
+const redactCredentials = (cause: unknown): unknown => {
+  if (!(cause instanceof Error) || !("command" in cause)) return cause
+  const command = cause.command as { readonly name?: unknown } | undefined
+  if (typeof command?.name !== "string" || !/^(auth|hello)$/i.test(command.name)) return cause
+  const redacted = new Error(cause.message)
+  redacted.name = cause.name
+  return Object.assign(redacted, { command: { name: command.name, args: ["<redacted>"] } })
+}
+
+const fail = (operation: string, key: string | undefined, cause: unknown) => {
+  const safe = redactCredentials(cause)
+  return new LockBackendError(
+    key === undefined ? { backend, operation, cause: safe } : { backend, operation, key, cause: safe }
+  )
+}
 
 // Errors after which the command certainly did not run: it was never written (no connection and
 // no offline queue), or the server answered it (a script error).

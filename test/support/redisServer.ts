@@ -90,7 +90,8 @@ const ping = (port: number): Promise<boolean> =>
     socket.on("error", () => done(false))
     socket.on("data", (chunk) => {
       answer += chunk.toString()
-      if (answer.includes("\r\n")) done(answer.startsWith("+PONG"))
+      // A server with a password answers NOAUTH: it is up all the same.
+      if (answer.includes("\r\n")) done(answer.startsWith("+PONG") || answer.startsWith("-NOAUTH"))
     })
     socket.connect(port, host, () => socket.write("PING\r\n"))
   })

@@ -1,0 +1,456 @@
+/**
+ * The Redis backend on real redis-server processes: key layout, scripts, connections and
+ * failure behaviour. Policy behaviour (waiting, watchdog, ...) is the conformance suite's.
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule } from "effect"
+import { Redis } from "ioredis"
+import { vi } from "vitest"
+import type { LockBackendShape } from "../../src/index.js"
+import { LockBackend, withLock } from "../../src/index.js"
+import { readScripts } from "../../src/internal/redisScripts.js"
+import * as RedisBackend from "../../src/RedisBackend.js"
+import type { RedisServer } from "../support/redisServer.js"
+import { redisServer, skipRedis, startRedisServer } from "../support/redisServer.js"
+import { admin, captureLogs, clientConnections, cmd, eventually } from "./helpers.js"
+
+const skip = skipRedis()
+const skipOwn = skip || skipRedis(true)
+
+let seq = 0
+const freshKey = (label: string) => `backend:${label}:${process.pid}:${++seq}`
+
+const request = (key: string, owner: string, leaseMillis = 10_000, fencing = true) => ({
+  key,
+  owner,
+  leaseMillis,
+  fencing
+})
+
+const acquired = (backend: LockBackendShape, key: string, owner: string, leaseMillis = 10_000) =>
+  Effect.flatMap(backend.tryAcquire(request(key, owner, leaseMillis)), (result) =>
+    result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
+
+/** Messages received on `channel` by a separate subscriber connection (subscribed on return). */
+const listen = (url: string, channel: string) =>
+  Effect.gen(function*() {
+    const sub = yield* admin(url)
+    const messages: Array<string> = []
+    sub.on("message", (_channel: string, message: string) => messages.push(message))
+    yield* Effect.promise(() => sub.subscribe(channel))
+    return messages
+  })
+
+describe.skipIf(skip)("RedisBackend on a shared test server", () => {
+  let server: RedisServer
+  beforeAll(async () => {
+    server = await startRedisServer()
+  })
+  afterAll(() => server?.stop())
+
+  const backend = (options: Omit<RedisBackend.RedisBackendOptions, "url"> = {}) =>
+    RedisBackend.make({ url: server.url, ...options })
+
+  it.scopedLive("keeps Redisson's layout: hash + lease, token counter, release channel", () =>
+    Effect.gen(function*() {
+      const key = freshKey("layout")
+      const lock = `app:${key}`
+      const redis = yield* admin(server.url)
+      const b = yield* backend({ prefix: "app:" })
+      const messages = yield* listen(server.url, `redisson_lock__channel:{${lock}}`)
+
+      const token = yield* acquired(b, key, "uuid-1:7", 10_000)
+      assert.strictEqual(token, 1n)
+      assert.deepStrictEqual(yield* cmd(redis, "HGETALL", lock), ["uuid-1:7", "1"])
+      const pttl = yield* cmd<number>(redis, "PTTL", lock)
+      assert.isTrue(pttl > 0 && pttl <= 10_000, `lease set with PEXPIRE (${pttl})`)
+      assert.strictEqual(yield* cmd(redis, "GET", `redisson_lock_token:{${lock}}`), "1")
+      assert.strictEqual(yield* cmd(redis, "EXISTS", key), 0, "nothing outside the prefix")
+
+      assert.isTrue(yield* b.release(key, "uuid-1:7"))
+      assert.strictEqual(yield* cmd(redis, "EXISTS", lock), 0)
+      yield* eventually(Effect.sync(() => messages.length > 0), 5_000, "the release message")
+      assert.deepStrictEqual(messages, ["0"])
+      assert.strictEqual(yield* cmd(redis, "PTTL", `redisson_lock_token:{${lock}}`), -1, "the counter never expires")
+    }))
+
+  it.scopedLive("prefixes keep backends on one server apart", () =>
+    Effect.gen(function*() {
+      const key = freshKey("prefix")
+      const a = yield* backend({ prefix: "a:" })
+      const b = yield* backend({ prefix: "b:" })
+      assert.strictEqual(yield* acquired(a, key, "x:1"), 1n)
+      assert.strictEqual(yield* acquired(b, key, "y:1"), 1n, "a separate lock with its own counter")
+      const busy = yield* a.tryAcquire(request(key, "y:1"))
+      assert.strictEqual(busy._tag, "Busy")
+      assert.deepStrictEqual(
+        Option.map(yield* b.inspect(key), (info) => info.holders),
+        Option.some([{ owner: "y:1", holdCount: 1 }])
+      )
+    }))
+
+  it.scopedLive("busy reports the holder's PTTL, or undefined when the lock has no expiry", () =>
+    Effect.gen(function*() {
+      const key = freshKey("busy")
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      yield* acquired(b, key, "holder:1", 5_000)
+      const busy = yield* b.tryAcquire(request(key, "other:1"))
+      assert.strictEqual(busy._tag, "Busy")
+      if (busy._tag === "Busy") assert.isTrue(busy.ttlMillis! > 0 && busy.ttlMillis! <= 5_000)
+      yield* cmd(redis, "PERSIST", key)
+      assert.deepStrictEqual(yield* b.tryAcquire(request(key, "other:1")), { _tag: "Busy", ttlMillis: undefined })
+      const info = yield* b.inspect(key)
+      assert.deepStrictEqual(info, Option.some({ key, holders: [{ owner: "holder:1", holdCount: 1 }], ttlMillis: undefined }))
+      assert.isTrue(Option.isNone(yield* b.inspect(freshKey("none"))))
+    }))
+
+  it.scopedLive("renew is owner-checked and tells a stolen lock from an expired one", () =>
+    Effect.gen(function*() {
+      const key = freshKey("renew")
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      yield* acquired(b, key, "me:1", 1_000)
+      assert.deepStrictEqual(yield* b.renew(request(key, "me:1", 60_000)), { _tag: "Renewed" })
+      assert.isTrue((yield* cmd<number>(redis, "PTTL", key)) > 1_000, "lease extended")
+      assert.deepStrictEqual(yield* b.renew(request(key, "thief:1")), { _tag: "Lost", reason: "stolen" })
+      assert.isTrue((yield* cmd<number>(redis, "PTTL", key)) > 1_000, "a failed renewal changes nothing")
+      yield* cmd(redis, "DEL", key)
+      assert.deepStrictEqual(yield* b.renew(request(key, "me:1")), { _tag: "Lost", reason: "expired" })
+      assert.strictEqual(yield* cmd(redis, "EXISTS", key), 0, "renewing never creates a lock")
+    }))
+
+  it.scopedLive("release is owner-checked and idempotent, and publishes once", () =>
+    Effect.gen(function*() {
+      const key = freshKey("release")
+      const b = yield* backend()
+      const messages = yield* listen(server.url, `redisson_lock__channel:{${key}}`)
+      yield* acquired(b, key, "me:1")
+      assert.isFalse(yield* b.release(key, "other:1"))
+      assert.isTrue(Option.isSome(yield* b.inspect(key)), "another owner's release leaves the lock")
+      assert.isTrue(yield* b.release(key, "me:1"))
+      assert.isFalse(yield* b.release(key, "me:1"))
+      assert.isTrue(Option.isNone(yield* b.inspect(key)))
+      yield* Effect.sleep(100)
+      assert.deepStrictEqual(messages, ["0"])
+    }))
+
+  it.scopedLive("hold counts follow Redisson: the same owner twice needs two releases", () =>
+    Effect.gen(function*() {
+      const key = freshKey("holds")
+      const b = yield* backend()
+      const first = yield* acquired(b, key, "me:1")
+      const second = yield* acquired(b, key, "me:1")
+      assert.strictEqual(second, first, "a re-entry draws no new token")
+      assert.deepStrictEqual(Option.map(yield* b.inspect(key), (i) => i.holders), Option.some([{ owner: "me:1", holdCount: 2 }]))
+      assert.isTrue(yield* b.release(key, "me:1"))
+      assert.isTrue(Option.isSome(yield* b.inspect(key)), "still held once")
+      assert.isTrue(yield* b.release(key, "me:1"))
+      assert.isTrue(Option.isNone(yield* b.inspect(key)))
+    }))
+
+  it.scopedLive("force release deletes any holder and notifies", () =>
+    Effect.gen(function*() {
+      const key = freshKey("force")
+      const b = yield* backend()
+      const messages = yield* listen(server.url, `redisson_lock__channel:{${key}}`)
+      yield* acquired(b, key, "someone:1")
+      assert.isTrue(yield* b.forceRelease(key))
+      assert.isFalse(yield* b.forceRelease(key))
+      yield* eventually(Effect.sync(() => messages.length > 0), 5_000, "the release message")
+      yield* Effect.sleep(50)
+      assert.deepStrictEqual(messages, ["0"])
+    }))
+
+  it.scopedLive("fencing tokens survive the lock's expiry, keep increasing and keep 64 bits", () =>
+    Effect.gen(function*() {
+      const key = freshKey("tokens")
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      const t1 = yield* acquired(b, key, "a:1", 50)
+      yield* eventually(Effect.map(cmd<number>(redis, "EXISTS", key), (n) => n === 0), 5_000, "expiry")
+      const t2 = yield* acquired(b, key, "b:1", 50)
+      assert.isTrue(t2 > t1)
+      yield* b.release(key, "b:1")
+      yield* cmd(redis, "SET", `redisson_lock_token:{${key}}`, "9007199254740993")
+      assert.strictEqual(yield* acquired(b, key, "c:1"), 9007199254740994n)
+      yield* b.release(key, "c:1")
+      const unfenced = yield* b.tryAcquire(request(key, "d:1", 10_000, false))
+      assert.deepStrictEqual(unfenced, { _tag: "Acquired", fencingToken: 0n })
+      assert.strictEqual(yield* cmd(redis, "GET", `redisson_lock_token:{${key}}`), "9007199254740994")
+    }))
+
+  it.scopedLive("NOSCRIPT: after SCRIPT FLUSH every script still runs", () =>
+    Effect.gen(function*() {
+      const key = freshKey("noscript")
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      const scripts = yield* Effect.promise(readScripts)
+      yield* cmd(redis, "SCRIPT", "FLUSH")
+      assert.deepStrictEqual(yield* cmd(redis, "SCRIPT", "EXISTS", scripts.acquire.sha), [0])
+      assert.strictEqual(yield* acquired(b, key, "me:1"), 1n)
+      assert.deepStrictEqual(yield* b.renew(request(key, "me:1")), { _tag: "Renewed" })
+      assert.isTrue(Option.isSome(yield* b.inspect(key)))
+      assert.isTrue(yield* b.release(key, "me:1"))
+      assert.isFalse(yield* b.forceRelease(key))
+      assert.deepStrictEqual(
+        yield* cmd(redis, "SCRIPT", "EXISTS", scripts.acquire.sha, scripts.release.sha),
+        [1, 1],
+        "the EVAL fallback cached the scripts again"
+      )
+    }))
+
+  it.scopedLive("an existing client is used for commands and left open", () =>
+    Effect.gen(function*() {
+      const key = freshKey("client")
+      const client = yield* admin(server.url)
+      const token = yield* Effect.scoped(Effect.gen(function*() {
+        const b = yield* RedisBackend.make({ client })
+        const token = yield* acquired(b, key, "me:1")
+        yield* b.release(key, "me:1")
+        return token
+      }))
+      assert.strictEqual(token, 1n)
+      assert.strictEqual(client.status, "ready")
+      assert.strictEqual(yield* cmd(client, "PING"), "PONG")
+    }))
+
+  it.scopedLive("a least-privilege ACL user can do everything the backend needs", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* cmd(redis, "ACL", "LOG", "RESET")
+      yield* cmd(redis, "ACL", "SETUSER", "locks", "reset", "on", ">lockpw", ...aclRules("locks:"))
+      const url = Redacted.make(`redis://locks:lockpw@127.0.0.1:${server.port}`)
+      const layer = RedisBackend.layer({ url, prefix: "locks:" })
+      const key = freshKey("acl")
+      // Contended: the waiter is woken by the holder's release (pub/sub), not by the lease.
+      const [millis, token] = yield* Effect.gen(function*() {
+        const holder = yield* Effect.fork(withLock(key, Effect.sleep(200), { lease: "30 seconds" }))
+        yield* Effect.sleep(50)
+        const waited = yield* Effect.timed(
+          withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+        )
+        yield* Fiber.join(holder)
+        const backend = yield* LockBackend
+        yield* backend.forceRelease(key)
+        return [Duration.toMillis(waited[0]), waited[1]] as const
+      }).pipe(Effect.provide(layer))
+      assert.strictEqual(token, 2n)
+      assert.isBelow(millis, 10_000, "woken by the release long before the 30 s lease")
+      assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "no command was refused")
+    }))
+
+  it.scopedLive("a refused SUBSCRIBE is logged and waiters still get in (at the holder's lease end)", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* cmd(redis, "ACL", "SETUSER", "nopubsub", "reset", "on", ">pw", ...aclRules("np:").filter((rule) => !rule.startsWith("&")))
+      const layer = RedisBackend.layer({ url: `redis://nopubsub:pw@127.0.0.1:${server.port}`, prefix: "np:" })
+      const key = freshKey("nosub")
+      const [millis, logs] = yield* captureLogs((logs) =>
+        Effect.gen(function*() {
+          const backend = yield* LockBackend
+          yield* acquired(backend, key, "foreign:1", 300)
+          const [waited] = yield* Effect.timed(withLock(key, Effect.void, { retry: Schedule.spaced("60 seconds") }))
+          return [Duration.toMillis(waited), logs] as const
+        }).pipe(Effect.provide(layer))
+      )
+      assert.isBelow(millis, 10_000)
+      assert.isTrue(logs.some((line) => line.includes("SUBSCRIBE failed") && line.includes("NOPERM")), logs.join("\n"))
+    }))
+})
+
+/**
+ * The least-privilege rules for a backend whose keys start with `prefix`. Commands the scripts
+ * call are checked against the user too. (Kept in step with docs/redis.md.)
+ */
+const aclRules = (prefix: string) => [
+  "resetkeys",
+  `~${prefix}*`,
+  `~redisson_lock_token:{${prefix}*`,
+  // The channel name travels in KEYS (as in Redisson), so it is checked as a key as well.
+  `~redisson_lock__channel:{${prefix}*`,
+  "resetchannels",
+  `&redisson_lock__channel:{${prefix}*`,
+  "-@all",
+  "+evalsha",
+  "+eval",
+  "+script|load",
+  "+exists",
+  "+hexists",
+  "+hincrby",
+  "+pexpire",
+  "+pttl",
+  "+incr",
+  "+get",
+  "+del",
+  "+hgetall",
+  "+publish",
+  "+subscribe",
+  "+unsubscribe",
+  "+ping",
+  "+info",
+  "+client|setname"
+]
+
+describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
+  it.scopedLive("uses two connections and closes both with its scope", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* RedisBackend.make({ url: server.url })
+        const clients = yield* clientConnections(redis)
+        assert.strictEqual(clients.length, 2, clients.join("\n"))
+      }))
+      yield* eventually(Effect.map(clientConnections(redis), (clients) => clients.length === 0), 5_000, "no connection left")
+    }))
+
+  it.scopedLive("an existing client stays open; the subscriber duplicate is closed", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const client = new Redis(server.url, { connectionName: "user-client" })
+      yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
+      yield* Effect.scoped(RedisBackend.make({ client }))
+      yield* eventually(
+        Effect.map(clientConnections(redis), (clients) => clients.length === 1 && clients[0]!.includes("name=user-client")),
+        5_000,
+        "only the user's client left"
+      )
+    }))
+
+  it.scopedLive("layerConfig reads REDIS_URL; the password reaches neither logs nor errors", () =>
+    Effect.gen(function*() {
+      const password = "s3cret-pa55word"
+      const server = yield* redisServer({ args: ["--requirepass", password] })
+      const withUrl = (url: string) =>
+        Layer.provide(
+          RedisBackend.layerConfig(),
+          Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["REDIS_URL", url]])))
+        )
+      const good = withUrl(`redis://:${password}@127.0.0.1:${server.port}`)
+      const bad = withUrl(`redis://:${password}-wrong@127.0.0.1:${server.port}`)
+      const [token, failure, logs] = yield* captureLogs((logs) =>
+        Effect.gen(function*() {
+          const token = yield* withLock("config", (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(good))
+          const failure = yield* Effect.flip(withLock("config", Effect.void).pipe(Effect.provide(bad)))
+          // Errors while connected are logged too: stop the server under a live backend.
+          yield* Effect.gen(function*() {
+            yield* LockBackend
+            yield* Effect.promise(() => server.stop())
+            yield* eventually(Effect.sync(() => logs.some((line) => line.includes("connection error"))), 5_000, "a log")
+          }).pipe(Effect.provide(good))
+          return [token, failure, logs] as const
+        })
+      )
+      assert.strictEqual(token, 1n)
+      assert.strictEqual(failure._tag, "LockBackendError")
+      const text = [String(failure), failure.message, JSON.stringify(failure), ...logs].join("\n")
+      assert.include(text, "WRONGPASS")
+      assert.notInclude(text, password)
+      const missing = yield* Effect.flip(
+        Layer.build(RedisBackend.layerConfig()).pipe(
+          Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
+          Effect.scoped
+        )
+      )
+      assert.strictEqual(missing._tag, "ConfigError" as string)
+    }))
+
+  it.scopedLive("connection errors are logged, never unhandled", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const consoleError = vi.spyOn(console, "error")
+      yield* Effect.addFinalizer(() => Effect.sync(() => consoleError.mockRestore()))
+      const logs = yield* captureLogs((logs) =>
+        Effect.scoped(Effect.gen(function*() {
+          yield* RedisBackend.make({ url: server.url })
+          server.kill("SIGKILL")
+          // ioredis reports the drop and then every failed reconnect attempt.
+          yield* eventually(
+            Effect.sync(() => logs.filter((line) => line.includes("connection error")).length >= 2),
+            10_000,
+            "connection error logs"
+          )
+          return logs
+        }))
+      )
+      assert.isTrue(logs.some((line) => line.includes("level=WARN") && line.includes("connection=command")))
+      assert.isTrue(logs.some((line) => line.includes("connection=subscriber")))
+      const unhandled = consoleError.mock.calls.filter((args) => String(args[0]).includes("Unhandled error event"))
+      assert.deepStrictEqual(unhandled, [])
+    }))
+
+  it.scopedLive("no offline replay: an acquire while Redis is down fails at once and never runs later", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const b = yield* RedisBackend.make({ url: server.url })
+      yield* Effect.promise(() => server.stop())
+      const exit = yield* Effect.exit(
+        b.tryAcquire(request("offline", "me:1", 60_000)).pipe(
+          Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => "hung waiting for a reconnect" as const })
+        )
+      )
+      assert.isTrue(Exit.isFailure(exit))
+      const failure = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+      assert.strictEqual(typeof failure === "object" ? failure._tag : failure, "LockBackendError")
+      yield* Effect.promise(() => server.restart())
+      yield* eventually(Effect.isSuccess(b.inspect("probe")), 10_000, "the backend to reconnect")
+      const redis = yield* admin(server.url)
+      yield* Effect.sleep(200)
+      assert.deepStrictEqual(yield* cmd(redis, "KEYS", "*"), [], "the failed acquire was not replayed")
+    }))
+
+  it.scopedLive("an acquire that timed out is compensated: no orphan lock once Redis answers again", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const b = yield* RedisBackend.make({ url: server.url, commandTimeout: "300 millis" })
+      server.pause()
+      const error = yield* Effect.flip(b.tryAcquire(request("paused", "me:1", 60_000)))
+      assert.strictEqual(error._tag, "LockBackendError")
+      assert.include(error.message, "timed out")
+      server.resume()
+      const redis = yield* admin(server.url)
+      yield* eventually(Effect.map(cmd(redis, "GET", "redisson_lock_token:{paused}"), (t) => t === "1"), 5_000, "the acquire ran")
+      assert.strictEqual(yield* cmd(redis, "EXISTS", "paused"), 0, "and its lock was released")
+    }))
+
+  it.scopedLive("an acquire whose caller was interrupted in flight is compensated", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const b = yield* RedisBackend.make({ url: server.url, commandTimeout: "20 seconds" })
+      server.pause()
+      const fiber = yield* Effect.fork(b.tryAcquire(request("interrupted", "me:1", 60_000)))
+      yield* Effect.sleep(100)
+      yield* Fiber.interrupt(fiber)
+      server.resume()
+      const redis = yield* admin(server.url)
+      yield* eventually(
+        Effect.map(cmd(redis, "GET", "redisson_lock_token:{interrupted}"), (t) => t === "1"),
+        5_000,
+        "the acquire ran"
+      )
+      yield* eventually(Effect.map(cmd(redis, "EXISTS", "interrupted"), (n) => n === 0), 5_000, "the lock released")
+    }))
+
+  it.scopedLive("after the subscriber connection drops, it resubscribes and releases wake waiters again", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const b = yield* RedisBackend.make({ url: server.url })
+      const channel = "redisson_lock__channel:{resub}"
+      const numsub = Effect.map(cmd<Array<string | number>>(redis, "PUBSUB", "NUMSUB", channel), (r) => Number(r[1]))
+      yield* acquired(b, "resub", "foreign:1", 30_000)
+      const waiter = yield* Effect.fork(
+        Effect.timed(withLock("resub", Effect.void, { retry: Schedule.spaced("60 seconds") })).pipe(
+          Effect.provideService(LockBackend, b)
+        )
+      )
+      yield* eventually(Effect.map(numsub, (n) => n === 1), 5_000, "the subscription")
+      assert.strictEqual(yield* cmd(redis, "CLIENT", "KILL", "TYPE", "pubsub"), 1)
+      yield* eventually(Effect.map(numsub, (n) => n === 1), 10_000, "the resubscription")
+      yield* b.release("resub", "foreign:1")
+      const [waited] = yield* Fiber.join(waiter)
+      assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, not the 30 s lease")
+    }))
+})
