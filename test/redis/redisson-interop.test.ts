@@ -1,0 +1,141 @@
+/**
+ * effect-lock and Redisson exclude each other on the same lock name. The test plays a Redisson
+ * client by running Redisson's own RLock scripts (tryLockInnerAsync and unlockInnerAsync, Redisson
+ * 3.x) with Redisson's lock-name field `<client uuid>:<thread id>`.
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { randomUUID } from "node:crypto"
+import { Duration, Effect, Fiber, Option, Schedule } from "effect"
+import type { Redis } from "ioredis"
+import { Lock, withLock } from "../../src/index.js"
+import * as RedisBackend from "../../src/RedisBackend.js"
+import type { RedisServer } from "../support/redisServer.js"
+import { skipRedis, startRedisServer } from "../support/redisServer.js"
+import { admin, cmd, eventually } from "./helpers.js"
+
+/** RedissonLock.tryLockInnerAsync: KEYS[1] lock; ARGV[1] lease ms, ARGV[2] lock name. nil = acquired. */
+const redissonTryLock = "if (redis.call('exists', KEYS[1]) == 0) then " +
+  "redis.call('hincrby', KEYS[1], ARGV[2], 1); " +
+  "redis.call('pexpire', KEYS[1], ARGV[1]); " +
+  "return nil; " +
+  "end; " +
+  "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then " +
+  "redis.call('hincrby', KEYS[1], ARGV[2], 1); " +
+  "redis.call('pexpire', KEYS[1], ARGV[1]); " +
+  "return nil; " +
+  "end; " +
+  "return redis.call('pttl', KEYS[1]);"
+
+/**
+ * RedissonLock.unlockInnerAsync: KEYS[1] lock, KEYS[2] channel; ARGV[1] unlock message (0),
+ * ARGV[2] lease ms, ARGV[3] lock name. 1 = released, 0 = still held, nil = not held.
+ */
+const redissonUnlock = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then " +
+  "return nil;" +
+  "end; " +
+  "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); " +
+  "if (counter > 0) then " +
+  "redis.call('pexpire', KEYS[1], ARGV[2]); " +
+  "return 0; " +
+  "else " +
+  "redis.call('del', KEYS[1]); " +
+  "redis.call('publish', KEYS[2], ARGV[1]); " +
+  "return 1; " +
+  "end; " +
+  "return nil;"
+
+const redissonLease = 30_000
+const prefix = "svc:"
+
+/** A Redisson client (one JVM, thread 1) on lock `name` (Redisson sees the prefixed name). */
+const redisson = (redis: Redis, name: string) => {
+  const lockName = `${randomUUID()}:1`
+  return {
+    lockName,
+    tryLock: cmd<number | null>(redis, "EVAL", redissonTryLock, 1, name, redissonLease, lockName),
+    unlock: cmd<number | null>(
+      redis,
+      "EVAL",
+      redissonUnlock,
+      2,
+      name,
+      `redisson_lock__channel:{${name}}`,
+      0,
+      redissonLease,
+      lockName
+    )
+  }
+}
+
+let seq = 0
+const freshKey = () => `interop:${process.pid}:${++seq}`
+
+describe.skipIf(skipRedis())("Redisson interop", () => {
+  let server: RedisServer
+  beforeAll(async () => {
+    server = await startRedisServer()
+  })
+  afterAll(() => server?.stop())
+
+  const provide = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+    Effect.provide(effect, RedisBackend.layer({ url: server.url, prefix }))
+
+  it.scopedLive("while Redisson holds, withLock waits and is woken by Redisson's release", () =>
+    Effect.gen(function*() {
+      const key = freshKey()
+      const redis = yield* admin(server.url)
+      const java = redisson(redis, prefix + key)
+      assert.isNull(yield* java.tryLock)
+      const waiter = yield* Effect.fork(
+        Effect.timed(withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }))
+      )
+      yield* Effect.sleep(200)
+      assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "excluded while Redisson holds")
+      assert.strictEqual(yield* java.unlock, 1)
+      const [waited, token] = yield* Fiber.join(waiter)
+      assert.isTrue(token > 0n)
+      assert.isAtLeast(Duration.toMillis(waited), 200)
+      assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, long before Redisson's 30 s lease ended")
+    }).pipe(provide))
+
+  it.scopedLive("Redisson's hold count is respected: a re-entered Redisson lock needs two unlocks", () =>
+    Effect.gen(function*() {
+      const key = freshKey()
+      const redis = yield* admin(server.url)
+      const java = redisson(redis, prefix + key)
+      assert.isNull(yield* java.tryLock)
+      assert.isNull(yield* java.tryLock)
+      assert.strictEqual(yield* java.unlock, 0, "still held once")
+      const timeout = yield* Effect.flip(withLock(key, Effect.void, { wait: "300 millis" }))
+      assert.strictEqual(timeout._tag, "LockTimeoutError")
+      assert.strictEqual(yield* java.unlock, 1)
+      assert.isTrue(Option.isSome(yield* withLock(key, Effect.succeed("in")).pipe(Effect.option)))
+    }).pipe(provide))
+
+  it.scopedLive("while effect-lock holds, Redisson's tryLock gets the PTTL and changes nothing; our release wakes Redisson", () =>
+    Effect.gen(function*() {
+      const key = freshKey()
+      const name = prefix + key
+      const redis = yield* admin(server.url)
+      const java = redisson(redis, name)
+      const channel = yield* admin(server.url)
+      const messages: Array<string> = []
+      channel.on("message", (_: string, message: string) => messages.push(message))
+      yield* Effect.promise(() => channel.subscribe(`redisson_lock__channel:{${name}}`))
+
+      yield* withLock(key, (lease) =>
+        Effect.gen(function*() {
+          const pttl = yield* java.tryLock
+          assert.isNumber(pttl)
+          assert.isTrue(pttl! > 0 && pttl! <= 10_000, `positive PTTL (${pttl})`)
+          assert.deepStrictEqual(yield* cmd(redis, "HGETALL", name), [lease.owner, "1"])
+          assert.isNull(yield* java.unlock, "Redisson cannot unlock what it does not hold")
+          assert.isTrue(yield* Lock.isLocked(key))
+        }), { lease: "10 seconds" })
+
+      yield* eventually(Effect.sync(() => messages.length > 0), 5_000, "the release message")
+      assert.deepStrictEqual(messages, ["0"], "Redisson's waiters listen for exactly this")
+      assert.isNull(yield* java.tryLock, "and Redisson gets the lock afterwards")
+      assert.strictEqual(yield* java.unlock, 1)
+    }).pipe(provide))
+})
