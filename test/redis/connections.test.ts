@@ -1,0 +1,65 @@
+/**
+ * Connections stay flat: however many fibers wait on however many keys, a backend uses one
+ * command and one subscriber connection, holds one subscription per key with local waiters, and
+ * drops every subscription when the waiters are gone.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect, Fiber, Layer, Schedule } from "effect"
+import { LockBackend, withLock } from "../../src/index.js"
+import * as RedisBackend from "../../src/RedisBackend.js"
+import { redisServer, skipRedis } from "../support/redisServer.js"
+import { admin, clientConnections, cmd, eventually } from "./helpers.js"
+
+const fibers = 1_000
+const keys = Array.from({ length: 10 }, (_, i) => `flat:${i}`)
+
+describe.skipIf(skipRedis(true))("connections", () => {
+  it.scopedLive(`${fibers} fibers waiting on ${keys.length} keys use exactly 2 connections and leave no subscription`, () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const backend = yield* RedisBackend.make({ url: server.url })
+      // Count the waiters that have joined a wait queue, to know when all of them wait.
+      let waiting = 0
+      const counted = LockBackend.of({
+        ...backend,
+        subscribe: (key) => Effect.tap(backend.subscribe(key), () => Effect.sync(() => waiting++))
+      })
+
+      for (const key of keys) {
+        const held = yield* backend.tryAcquire({ key, owner: "foreign:1", leaseMillis: 30_000, fencing: true })
+        assert.strictEqual(held._tag, "Acquired")
+      }
+      let entered = 0
+      const all = yield* Effect.fork(
+        Effect.all(
+          Array.from({ length: fibers }, (_, i) =>
+            withLock(keys[i % keys.length]!, Effect.sync(() => entered++), { retry: Schedule.spaced("60 seconds") })),
+          { concurrency: "unbounded", discard: true }
+        ).pipe(Effect.provide(Layer.succeed(LockBackend, counted)))
+      )
+      yield* eventually(Effect.sync(() => waiting === fibers), 20_000, "every fiber to wait")
+
+      const connections = yield* clientConnections(redis)
+      assert.strictEqual(connections.length, 2, connections.join("\n"))
+      const channels = (yield* cmd<Array<string>>(redis, "PUBSUB", "CHANNELS")).sort()
+      assert.deepStrictEqual(channels, keys.map((key) => `redisson_lock__channel:{${key}}`).sort())
+
+      // Sample the connection count while the lock is handed from waiter to waiter.
+      let most = 0
+      const sampler = yield* Effect.fork(
+        Effect.repeat(
+          Effect.tap(clientConnections(redis), (list) => Effect.sync(() => (most = Math.max(most, list.length)))),
+          Schedule.spaced("5 millis")
+        )
+      )
+      for (const key of keys) assert.isTrue(yield* backend.release(key, "foreign:1"))
+      yield* Fiber.join(all)
+      yield* Fiber.interrupt(sampler)
+
+      assert.strictEqual(entered, fibers)
+      assert.strictEqual(most, 2)
+      assert.deepStrictEqual(yield* cmd(redis, "PUBSUB", "CHANNELS"), [], "no subscription left")
+      assert.strictEqual((yield* clientConnections(redis)).length, 2)
+    }))
+})
