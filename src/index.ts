@@ -49,3 +49,8 @@ export { withLock, withLockIfAvailable } from "./Lock.js"
  * @category models
  */
 export type { Lease, LockOptions } from "./Lock.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as RedisBackend from "./RedisBackend.js"
