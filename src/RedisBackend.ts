@@ -402,8 +402,7 @@ export const make = (
 
     const onMessage = (channel: string) => {
       // Any message is a hint to retry: Redisson and effect-lock publish "0".
-      const key = layout.keyOfChannel(channel)
-      if (key !== undefined) queue.notify(key)
+      for (const key of layout.keysOfChannel(channel)) queue.notify(key)
     }
     // Releases published while the subscriber was away were missed: resubscribe, then wake one
     // waiter per key to try again.

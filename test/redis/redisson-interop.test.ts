@@ -44,6 +44,9 @@ const redissonUnlock = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then "
   "end; " +
   "return nil;"
 
+/** RedissonObject.prefixName: how Redisson names a lock's channel and token counter. */
+const prefixName = (kind: string, name: string) => name.includes("{") ? `${kind}:${name}` : `${kind}:{${name}}`
+
 const redissonLease = 30_000
 const prefix = "svc:"
 
@@ -59,7 +62,7 @@ const redisson = (redis: Redis, name: string) => {
       redissonUnlock,
       2,
       name,
-      `redisson_lock__channel:{${name}}`,
+      prefixName("redisson_lock__channel", name),
       0,
       redissonLease,
       lockName
@@ -69,6 +72,8 @@ const redisson = (redis: Redis, name: string) => {
 
 let seq = 0
 const freshKey = () => `interop:${process.pid}:${++seq}`
+/** A name with its own hash tag, as cluster users write them: Redisson then adds no braces. */
+const taggedKey = () => `{tenant-${process.pid}}:orders:${++seq}`
 
 describe.skipIf(skipRedis())("Redisson interop", () => {
   let server: RedisServer
@@ -80,23 +85,26 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
   const provide = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Effect.provide(effect, RedisBackend.layer({ url: server.url, prefix }))
 
-  it.scopedLive("while Redisson holds, withLock waits and is woken by Redisson's release", () =>
-    Effect.gen(function*() {
-      const key = freshKey()
-      const redis = yield* admin(server.url)
-      const java = redisson(redis, prefix + key)
-      assert.isNull(yield* java.tryLock)
-      const waiter = yield* Effect.fork(
-        Effect.timed(withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }))
-      )
-      yield* Effect.sleep(200)
-      assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "excluded while Redisson holds")
-      assert.strictEqual(yield* java.unlock, 1)
-      const [waited, token] = yield* Fiber.join(waiter)
-      assert.isTrue(token > 0n)
-      assert.isAtLeast(Duration.toMillis(waited), 200)
-      assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, long before Redisson's 30 s lease ended")
-    }).pipe(provide))
+  for (const [label, makeKey] of [["a plain name", freshKey], ["a hash-tagged name", taggedKey]] as const) {
+    it.scopedLive(`while Redisson holds, withLock waits and is woken by Redisson's release (${label})`, () =>
+      Effect.gen(function*() {
+        const key = makeKey()
+        const redis = yield* admin(server.url)
+        const java = redisson(redis, prefix + key)
+        assert.isNull(yield* java.tryLock)
+        const waiter = yield* Effect.fork(
+          Effect.timed(withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }))
+        )
+        yield* Effect.sleep(200)
+        assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "excluded while Redisson holds")
+        assert.strictEqual(yield* java.unlock, 1)
+        const [waited, token] = yield* Fiber.join(waiter)
+        assert.isTrue(token > 0n)
+        assert.strictEqual(yield* cmd(redis, "GET", prefixName("redisson_lock_token", prefix + key)), String(token))
+        assert.isAtLeast(Duration.toMillis(waited), 200)
+        assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, long before Redisson's 30 s lease ended")
+      }).pipe(provide))
+  }
 
   it.scopedLive("Redisson's hold count is respected: a re-entered Redisson lock needs two unlocks", () =>
     Effect.gen(function*() {
@@ -121,7 +129,7 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
       const channel = yield* admin(server.url)
       const messages: Array<string> = []
       channel.on("message", (_: string, message: string) => messages.push(message))
-      yield* Effect.promise(() => channel.subscribe(`redisson_lock__channel:{${name}}`))
+      yield* Effect.promise(() => channel.subscribe(prefixName("redisson_lock__channel", name)))
 
       yield* withLock(key, (lease) =>
         Effect.gen(function*() {
