@@ -49,7 +49,7 @@ export interface RedisBackendOptions {
   readonly client?: Redis | undefined
   /** Prepended to every lock name, e.g. `"myapp:"`. Default: none. */
   readonly prefix?: string | undefined
-  /** How long any single command may take before it fails. Default: 2 seconds. */
+  /** How long any single command may take before it fails (finite, at least 1 ms). Default: 2 seconds. */
   readonly commandTimeout?: Duration.DurationInput | undefined
 }
 
@@ -156,7 +156,16 @@ export const make = (
   options: RedisBackendOptions = {}
 ): Effect.Effect<LockBackendShape, LockBackendError, Scope.Scope> =>
   Effect.gen(function*() {
-    const commandTimeout = Duration.toMillis(Duration.decode(options.commandTimeout ?? defaultCommandTimeout))
+    const commandTimeout = yield* Option.match(
+      Option.map(Duration.decodeUnknown(options.commandTimeout ?? defaultCommandTimeout), Duration.toMillis),
+      {
+        onNone: () => Effect.fail(fail("configure", undefined, new Error("commandTimeout is not a duration"))),
+        onSome: (millis) =>
+          Number.isFinite(millis) && millis >= 1
+            ? Effect.succeed(Math.round(millis))
+            : Effect.fail(fail("configure", undefined, new Error("commandTimeout must be at least 1 ms and finite")))
+      }
+    )
     const layout = makeKeyLayout(options.prefix ?? "")
     const runFork = yield* FiberSet.makeRuntime<never>()
     const scripts = yield* Effect.tryPromise({

@@ -215,6 +215,14 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.strictEqual(yield* cmd(client, "PING"), "PONG")
     }))
 
+  it.scopedLive("a command timeout that is not a finite positive duration fails the layer", () =>
+    Effect.gen(function*() {
+      for (const commandTimeout of [0, -1, Duration.infinity, Number.NaN]) {
+        const error = yield* Effect.flip(Effect.scoped(backend({ commandTimeout })))
+        assert.strictEqual(error.operation, "configure", String(commandTimeout))
+      }
+    }))
+
   it.scopedLive("a least-privilege ACL user can do everything the backend needs", () =>
     Effect.gen(function*() {
       const redis = yield* admin(server.url)
@@ -413,6 +421,21 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const redis = yield* admin(server.url)
       yield* eventually(Effect.map(cmd(redis, "GET", "redisson_lock_token:{paused}"), (t) => t === "1"), 5_000, "the acquire ran")
       assert.strictEqual(yield* cmd(redis, "EXISTS", "paused"), 0, "and its lock was released")
+    }))
+
+  it.scopedLive("an external client without a command timeout gets the backend's, and its lost acquire is compensated", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const client = yield* admin(server.url) // ioredis defaults: no commandTimeout, offline queue on
+      const b = yield* RedisBackend.make({ client, commandTimeout: "300 millis" })
+      server.pause()
+      const error = yield* Effect.flip(b.tryAcquire(request("external", "me:1", 60_000)))
+      assert.strictEqual(error._tag, "LockBackendError")
+      assert.include(error.message, "timed out")
+      server.resume()
+      const redis = yield* admin(server.url)
+      yield* eventually(Effect.map(cmd(redis, "GET", "redisson_lock_token:{external}"), (t) => t === "1"), 5_000, "the acquire ran")
+      yield* eventually(Effect.map(cmd(redis, "EXISTS", "external"), (n) => n === 0), 5_000, "the lock released")
     }))
 
   it.scopedLive("an acquire whose caller was interrupted in flight is compensated", () =>
