@@ -180,7 +180,8 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.strictEqual(yield* cmd(redis, "GET", `redisson_lock_token:{${key}}`), "9007199254740994")
     }))
 
-  it.scopedLive("NOSCRIPT: after SCRIPT FLUSH every script still runs", () =>
+  // Changes server-wide state: not on a shared REDIS_URL server.
+  it.scopedLive.skipIf(skipOwn)("NOSCRIPT: after SCRIPT FLUSH every script still runs", () =>
     Effect.gen(function*() {
       const key = freshKey("noscript")
       const redis = yield* admin(server.url)
@@ -223,7 +224,8 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       }
     }))
 
-  it.scopedLive("a least-privilege ACL user can do everything the backend needs", () =>
+  // Changes server-wide state: not on a shared REDIS_URL server.
+  it.scopedLive.skipIf(skipOwn)("a least-privilege ACL user can do everything the backend needs", () =>
     Effect.gen(function*() {
       const redis = yield* admin(server.url)
       yield* cmd(redis, "ACL", "LOG", "RESET")
@@ -248,7 +250,8 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "no command was refused")
     }))
 
-  it.scopedLive("a refused SUBSCRIBE is logged and waiters still get in (at the holder's lease end)", () =>
+  // Changes server-wide state: not on a shared REDIS_URL server.
+  it.scopedLive.skipIf(skipOwn)("a refused SUBSCRIBE is logged and waiters still get in (at the holder's lease end)", () =>
     Effect.gen(function*() {
       const redis = yield* admin(server.url)
       yield* cmd(redis, "ACL", "SETUSER", "nopubsub", "reset", "on", ">pw", ...aclRules("np:").filter((rule) => !rule.startsWith("&")))
