@@ -24,7 +24,7 @@ import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutErro
 import type { Acquired } from "./internal/acquire.js"
 import { acquireOnce, acquireWaiting } from "./internal/acquire.js"
 import type { Hold } from "./internal/hold.js"
-import { guard, makeHold, releaseOne } from "./internal/hold.js"
+import { makeHold, releaseOne, runGuarded } from "./internal/hold.js"
 import type { Lease } from "./internal/lease.js"
 import { makeLease } from "./internal/lease.js"
 import * as metrics from "./internal/metrics.js"
@@ -82,17 +82,14 @@ type Attempt<E> = (
 
 const once: Attempt<LockBackendError> = (backend, request) => Effect.map(acquireOnce(backend, request), Option.getOrUndefined)
 
-const waiting: Attempt<LockTimeoutError | LockBackendError> = (backend, request, options, restore) =>
-  acquireWaiting(backend, request, options, restore).pipe(
-    Metric.trackDuration(metrics.waitTime),
-    Effect.tapErrorTag("LockTimeoutError", () => Metric.increment(metrics.timeouts))
-  )
+const waiting: Attempt<LockTimeoutError | LockBackendError> = acquireWaiting
 
 /**
  * Enter `key` for `owner`: reenter a hold the owner already has (no backend call), wait for the
- * owner's own in-flight acquisition of the key, or acquire it fresh. The release is registered in
- * the current scope before anything can interrupt. `undefined` when attempting once and busy.
- * Must run inside `uninterruptibleMask`; only waits go through `restore`.
+ * owner's own in-flight acquisition of the key, or acquire it fresh and start its watchdog.
+ * `undefined` when attempting once and busy. Must run inside `uninterruptibleMask` (only waits go
+ * through `restore`); the caller must arrange `releaseOne` for the returned hold before it leaves
+ * the mask.
  */
 const enter = <E>(
   owner: Owner,
@@ -100,15 +97,12 @@ const enter = <E>(
   options: ResolvedOptions,
   attempt: Attempt<E>,
   restore: Restore
-): Effect.Effect<Hold | undefined, E, LockBackend | Scope.Scope> =>
+): Effect.Effect<Hold | undefined, E, LockBackend> =>
   Effect.suspend(() => {
     const entry = owner.holds.get(key)
     if (entry !== undefined && entry._tag === "Hold") {
       entry.count++
-      return Effect.as(
-        Effect.zipRight(Effect.addFinalizer(() => releaseOne(entry)), Metric.increment(metrics.reentries)),
-        entry
-      )
+      return Effect.as(Metric.increment(metrics.reentries), entry)
     }
     if (entry !== undefined) {
       return attempt === (once as Attempt<unknown>)
@@ -125,24 +119,54 @@ const enter = <E>(
         if (hold !== undefined) owner.holds.set(key, hold)
         else if (owner.holds.get(key) === pending) owner.holds.delete(key)
         Deferred.unsafeDone(pending.settled, Exit.void)
+        return hold
       }
       return attempt(backend, request, options, restore).pipe(
-        Effect.withSpan("effect-lock.acquire", { attributes: { key, backend: backend.name } }),
         Effect.onError(() => Effect.sync(() => settle(undefined))),
         Effect.flatMap((acquired) => {
-          if (acquired === undefined) return Effect.sync(() => settle(undefined)).pipe(Effect.as(undefined))
-          return Effect.gen(function*() {
-            const hold = yield* makeHold(owner, key, backend, options, acquired.fencingToken, acquired.startedAt)
-            settle(hold)
-            yield* Effect.addFinalizer(() => releaseOne(hold))
-            yield* startWatchdog(hold)
-            yield* Metric.increment(metrics.acquisitions)
-            return hold
-          })
+          if (acquired === undefined) return Effect.sync(() => settle(undefined))
+          const hold = settle(makeHold(owner, key, backend, options, acquired.fencingToken, acquired.startedAt))!
+          return Effect.as(Effect.zipRight(startWatchdog(hold), Metric.increment(metrics.acquisitions)), hold)
+        }),
+        Effect.withSpan("effect-lock.acquire", {
+          attributes: { key, backend: backend.name },
+          captureStackTrace: false
         })
       )
     })
   })
+
+/** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
+const runLocked = <A, E, R, E2>(
+  owner: Owner,
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E2>,
+  program: Program<A, E, R>
+): Effect.Effect<A | undefined, E | E2 | LockLostError, R | LockBackend> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
+      if (hold === undefined) return Effect.succeed(undefined)
+      return Effect.flatMap(
+        Effect.exit(runGuarded(hold, runProgram(program, makeLease(hold)), restore)),
+        (exit) => Effect.zipRight(releaseOne(hold), exit)
+      )
+    })
+  )
+
+/** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
+const enterScoped = <E>(
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E>
+): Effect.Effect<Lease | undefined, E, LockBackend | Scope.Scope> =>
+  Effect.flatMap(scopedOwner, (owner) =>
+    Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) =>
+        hold === undefined
+          ? Effect.succeed(undefined)
+          : Effect.as(Effect.addFinalizer(() => releaseOne(hold)), makeLease(hold)))
+    ))
 
 /** Run `f` with the fiber's owner, making a fresh one for the duration of `f` when there is none. */
 const withOwner = <A, E, R>(f: (owner: Owner) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
@@ -173,14 +197,7 @@ const withLockImpl = <A, E, R>(
   options: LockOptions | undefined
 ): Effect.Effect<A, E | WithLockError, R | LockBackend> =>
   Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    withOwner((owner) =>
-      Effect.scoped(
-        Effect.flatMap(
-          Effect.uninterruptibleMask((restore) => enter(owner, key, resolved, waiting, restore)),
-          (hold) => guard(hold!, runProgram(program, makeLease(hold!)))
-        )
-      )
-    ))
+    withOwner((owner) => runLocked(owner, key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>))
 
 /**
  * Run `program` while holding the lock on `key`, waiting for it as long as `options.wait` allows.
@@ -245,14 +262,8 @@ export const withLockIfAvailable: {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
     Effect.flatMap(validate(args[0] as string, options), ([key, resolved]) =>
       withOwner((owner) =>
-        Effect.scoped(
-          Effect.flatMap(
-            Effect.uninterruptibleMask((restore) => enter(owner, key, resolved, once, restore)),
-            (hold) =>
-              hold === undefined
-                ? Effect.succeedNone
-                : Effect.asSome(guard(hold, runProgram(program, makeLease(hold))))
-          )
+        runLocked(owner, key, resolved, once, (lease) => Effect.map(runProgram(program, lease), Option.some)).pipe(
+          Effect.map((result) => result ?? Option.none())
         )
       ))
   if (isProgram(args[1])) {
@@ -286,11 +297,7 @@ export const acquire = (
   options?: LockOptions | undefined
 ): Effect.Effect<Lease, LockTimeoutError | LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
   Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    Effect.flatMap(scopedOwner, (owner) =>
-      Effect.map(
-        Effect.uninterruptibleMask((restore) => enter(owner, key, resolved, waiting, restore)),
-        (hold) => makeLease(hold!)
-      )))
+    Effect.map(enterScoped(key, resolved, waiting), (lease) => lease!))
 
 /**
  * One attempt to acquire `key` for the lifetime of the current scope; `None` when it is busy.
@@ -303,11 +310,7 @@ export const tryAcquire = (
   options?: LockOptions | undefined
 ): Effect.Effect<Option.Option<Lease>, LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
   Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    Effect.flatMap(scopedOwner, (owner) =>
-      Effect.map(
-        Effect.uninterruptibleMask((restore) => enter(owner, key, resolved, once, restore)),
-        (hold) => (hold === undefined ? Option.none() : Option.some(makeLease(hold)))
-      )))
+    Effect.map(enterScoped(key, resolved, once), Option.fromNullable))
 
 /**
  * The lease the current fiber's owner holds on `key`, if any.

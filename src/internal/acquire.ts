@@ -6,12 +6,13 @@
  * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Metric, Option } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 import type { LockBackendShape, LockRequest } from "../LockBackend.js"
 import type { LockBackendError } from "../LockError.js"
 import { LockTimeoutError } from "../LockError.js"
+import * as metrics from "./metrics.js"
 import type { BusyInfo, ResolvedOptions } from "./options.js"
 
 export interface Acquired {
@@ -45,11 +46,25 @@ export const acquireWaiting = (
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
   Effect.flatMap(attempt(backend, request), (first) => {
     if (first._tag === "Acquired") return Effect.succeed(first)
-    return Effect.scoped(Effect.gen(function*() {
+    return waitFor(backend, request, options, restore, first.ttlMillis).pipe(
+      Metric.trackDuration(metrics.waitTime),
+      Effect.tapErrorTag("LockTimeoutError", () => Metric.increment(metrics.timeouts))
+    )
+  })
+
+/** The slow path, after a first attempt found the lock busy. */
+const waitFor = (
+  backend: LockBackendShape,
+  request: LockRequest,
+  options: ResolvedOptions,
+  restore: Restore,
+  firstTtl: number | undefined
+): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
+  Effect.scoped(Effect.gen(function*() {
       const start = yield* Clock.currentTimeMillis
       const deadline = start + options.waitMillis
       let attempts = 1
-      let ttl = first.ttlMillis
+      let ttl = firstTtl
       const timeout = (now: number, reason: "wait-elapsed" | "retries-exhausted") =>
         new LockTimeoutError({
           key: request.key,
@@ -82,4 +97,3 @@ export const acquireWaiting = (
         if (sleep > 0) yield* restore(Effect.timeoutOption(signal.await, sleep))
       }
     }))
-  })

@@ -1,8 +1,9 @@
 /**
  * A hold: one owner's possession of one key, from the fresh acquisition until the last reentrant
- * release. It owns the watchdog (through its own scope) and the loss signal.
+ * release. It owns the watchdog fiber and the loss signal, and knows which fibers run guarded by
+ * it so that a loss interrupts them.
  */
-import { Clock, Deferred, Duration, Effect, Exit, FiberId, Metric, Scope } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberId, Metric } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
@@ -20,8 +21,10 @@ export interface Hold {
   readonly acquiredAt: number
   /** Fails with the loss; never succeeds. */
   readonly lost: Deferred.Deferred<never, LockLostError>
-  /** The watchdog lives here; closed when the hold ends. */
-  readonly scope: Scope.CloseableScope
+  /** Fibers running a program guarded by this hold: interrupted on loss. */
+  readonly guarded: Set<Fiber.RuntimeFiber<unknown, unknown>>
+  watchdog: Fiber.RuntimeFiber<void> | undefined
+  lossError: LockLostError | undefined
   count: number
   /** Local deadline (Clock millis): last confirmed acquire/renew start + lease - drift. */
   deadline: number
@@ -35,23 +38,24 @@ export const makeHold = (
   options: ResolvedOptions,
   fencingToken: bigint,
   startedAt: number
-): Effect.Effect<Hold> =>
-  Effect.map(Scope.make(), (scope) => ({
-    _tag: "Hold",
-    key,
-    owner,
-    fencingToken,
-    backend,
-    options,
-    acquiredAt: startedAt,
-    lost: Deferred.unsafeMake<never, LockLostError>(FiberId.none),
-    scope,
-    count: 1,
-    deadline: startedAt + options.leaseMillis - options.driftMillis,
-    state: "held"
-  }))
+): Hold => ({
+  _tag: "Hold",
+  key,
+  owner,
+  fencingToken,
+  backend,
+  options,
+  acquiredAt: startedAt,
+  lost: Deferred.unsafeMake<never, LockLostError>(FiberId.none),
+  guarded: new Set(),
+  watchdog: undefined,
+  lossError: undefined,
+  count: 1,
+  deadline: startedAt + options.leaseMillis - options.driftMillis,
+  state: "held"
+})
 
-/** Declare the hold lost: detach it from its owner and fail everyone guarding on it. */
+/** Declare the hold lost: detach it from its owner and interrupt everything guarded by it. */
 export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (hold.state !== "held") return Effect.void
@@ -66,7 +70,9 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
         heldMillis: now - hold.acquiredAt,
         ...(cause === undefined ? {} : { cause })
       })
+      hold.lossError = error
       Deferred.unsafeDone(hold.lost, Exit.fail(error))
+      for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.zipRight(
         Metric.increment(metrics.lost),
         Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
@@ -86,20 +92,21 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
     hold.state = "released"
     const { holds } = hold.owner
     if (holds.get(hold.key) === hold) holds.delete(hold.key)
+    const watchdog = hold.watchdog === undefined ? Effect.void : Fiber.interrupt(hold.watchdog)
     // A lost hold still tries to clean up after itself, unless the same owner has since started a
     // new acquisition of the key (the owner-checked release would remove that one).
-    const release = wasHeld || !holds.has(hold.key)
-      ? hold.backend.release(hold.key, hold.owner.id).pipe(
+    if (!wasHeld && holds.has(hold.key)) return watchdog
+    return Effect.zipRight(
+      watchdog,
+      hold.backend.release(hold.key, hold.owner.id).pipe(
         Effect.catchAll((error) =>
           Effect.zipRight(
             Metric.increment(metrics.releaseFailures),
             Effect.logWarning(`Releasing lock "${hold.key}" failed; its lease will expire on its own`, error)
           )
-        ),
-        Effect.withSpan("effect-lock.release", { attributes: { key: hold.key } })
+        )
       )
-      : Effect.void
-    return Effect.zipRight(Scope.close(hold.scope, Exit.void), release)
+    )
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
@@ -108,8 +115,44 @@ export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
     (now) => hold.state === "held" ? Duration.millis(Math.max(0, hold.deadline - now)) : Duration.zero
   )
 
-/** Run `effect` only while the hold lasts: interrupted, failing with `LockLostError`, on loss. */
+type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
+const lostNow = (hold: Hold): Effect.Effect<never, LockLostError> => Deferred.await(hold.lost)
+
+/**
+ * Run `effect` in a child fiber that a loss of the hold interrupts; the result is then a
+ * `LockLostError`. Must be called inside `uninterruptibleMask`, with its `restore`. The child is
+ * one fork, cheaper than racing the effect against the loss signal; fibers the effect forks are
+ * its children and end with it.
+ */
+export const runGuarded = <A, E, R>(
+  hold: Hold,
+  effect: Effect.Effect<A, E, R>,
+  restore: Restore
+): Effect.Effect<A, E | LockLostError, R> =>
+  Effect.suspend(() => {
+    if (hold.state === "lost") return lostNow(hold)
+    return Effect.flatMap(Effect.fork(restore(effect)), (fiber) => {
+      hold.guarded.add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+      if (hold.state === "lost") fiber.unsafeInterruptAsFork(FiberId.none)
+      return Effect.flatMap(Effect.exit(restore(Fiber.await(fiber))), (awaited): Effect.Effect<A, E | LockLostError> => {
+        if (Exit.isFailure(awaited)) {
+          // The caller was interrupted: stop the program first, then pass the interruption on.
+          return Effect.zipRight(
+            Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded.delete(fiber as never))),
+            Effect.failCause(awaited.cause)
+          )
+        }
+        hold.guarded.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+        const exit = awaited.value
+        if (Exit.isFailure(exit) && hold.lossError !== undefined && Cause.isInterruptedOnly(exit.cause)) {
+          return Effect.fail(hold.lossError)
+        }
+        return Effect.zipRight(Fiber.inheritAll(fiber), exit)
+      })
+    })
+  })
+
+/** `runGuarded` for callers outside a mask (`Lease.guard`). */
 export const guard = <A, E, R>(hold: Hold, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
-  Effect.suspend(() =>
-    hold.state === "held" ? Effect.raceFirst(effect, Deferred.await(hold.lost)) : Deferred.await(hold.lost)
-  )
+  Effect.uninterruptibleMask((restore) => runGuarded(hold, effect, restore))

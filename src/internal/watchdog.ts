@@ -69,17 +69,22 @@ const renewing = (hold: Hold): Effect.Effect<void> => {
   )
 }
 
-/** Start the watchdog in the hold's scope. It is interruptible even when started from a mask. */
+/**
+ * Start the watchdog. It runs as a daemon (it must not die with the fiber that acquired, which may
+ * be a short-lived child) and is interrupted by `releaseOne`; it is interruptible even when started
+ * from a mask.
+ */
 export const startWatchdog = (hold: Hold): Effect.Effect<void> =>
   Effect.suspend(() => {
     metrics.watchdogs.active++
-    return Effect.forkIn(
+    return Effect.forkDaemon(
       Effect.interruptible(
         (hold.options.renewMillis > 0 ? renewing(hold) : untilDeadline(hold)).pipe(
           Effect.ensuring(Effect.sync(() => metrics.watchdogs.active--)),
           Effect.annotateLogs({ key: hold.key, owner: hold.owner.id })
         )
-      ),
-      hold.scope
+      )
     )
-  }).pipe(Effect.asVoid)
+  }).pipe(Effect.map((fiber) => {
+    hold.watchdog = fiber
+  }))
