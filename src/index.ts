@@ -54,3 +54,8 @@ export type { Lease, LockOptions } from "./Lock.js"
  * @since 0.1.0
  */
 export * as RedisBackend from "./RedisBackend.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Fencing from "./Fencing.js"
