@@ -8,7 +8,7 @@
  * `DEMO_WORKERS` (default 24), `DEMO_KEYS` (3), `DEMO_SECONDS` (3), `DEMO_HOLD_MS` (1..4 ms).
  * Exits non-zero when the run saw an overlap or a token that did not increase.
  */
-import { Clock, Console, Duration, Effect, Fiber, Layer, Random } from "effect"
+import { Cause, Clock, Console, Duration, Effect, Exit, Fiber, Layer, Random } from "effect"
 import type { Lease } from "../src/Lock.js"
 import { withLock } from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
@@ -148,12 +148,18 @@ const main = Effect.gen(function*() {
 
 const fiber = Effect.runFork(Effect.provide(main, backend.layer))
 process.once("SIGINT", () => Effect.runFork(Fiber.interrupt(fiber)))
-Effect.runPromise(Fiber.join(fiber)).then(
-  (ok) => {
-    process.exitCode = ok ? 0 : 1
-  },
-  (error: unknown) => {
-    console.error("demo failed:", error)
-    process.exitCode = 1
+Effect.runPromise(Fiber.await(fiber)).then((exit) => {
+  if (Exit.isSuccess(exit)) {
+    process.exitCode = exit.value ? 0 : 1
+    return
   }
-)
+  if (Exit.isInterrupted(exit)) {
+    console.error("demo interrupted")
+    process.exitCode = 130
+    return
+  }
+  const error = Cause.squash(exit.cause)
+  console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`)
+  if (backend.name === "redis") console.error("is Redis running at REDIS_URL?")
+  process.exitCode = 1
+})
