@@ -1,0 +1,419 @@
+/**
+ * Turns a run into `docs/benchmarks.md`: the targets with their ratios, one table per scenario, the
+ * machine, the command, and how to read it all.
+ */
+import type { BenchResults, Failed, Outcome } from "./results.js"
+import { isFailed } from "./results.js"
+import type { HandoffResult } from "./scenarios/handoff.js"
+import type { SerialResult } from "./scenarios/serial.js"
+
+const SUBJECT = "effect-lock"
+
+// --- formatting -------------------------------------------------------------------------------------
+
+const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "–")
+const dec = (n: number, digits: number) => (Number.isFinite(n) ? n.toFixed(digits) : "–")
+const mib = (bytes: number) => `${bytes >= 0 ? "+" : "−"}${dec(Math.abs(bytes) / 2 ** 20, 1)} MiB`
+const ratio = (n: number) => (Number.isFinite(n) ? `${n >= 10 ? dec(n, 0) : dec(n, 2)}×` : "–")
+const mark = (met: boolean | undefined) => (met === undefined ? "–" : met ? "✅" : "❌")
+
+const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>, align?: string) =>
+  [
+    `| ${header.join(" | ")} |`,
+    `| ${align === undefined ? header.map((_, i) => (i === 0 ? "---" : "---:")).join(" | ") : align} |`,
+    ...rows.map((row) => `| ${row.join(" | ")} |`)
+  ].join("\n")
+
+const ok = <A>(outcomes: ReadonlyArray<Outcome<A>>): ReadonlyArray<A> =>
+  outcomes.filter((o): o is A => !isFailed(o))
+const failedRows = <A>(outcomes: ReadonlyArray<Outcome<A>>, width: number) =>
+  outcomes.filter(isFailed).map((f: Failed) => [f.library, `failed: ${f.error}`, ...Array<string>(width - 2).fill("")])
+
+const subject = <A extends { readonly library: string }>(outcomes: ReadonlyArray<Outcome<A>>) =>
+  ok(outcomes).find((o) => o.library === SUBJECT)
+const peers = <A extends { readonly library: string }>(outcomes: ReadonlyArray<Outcome<A>>) =>
+  ok(outcomes).filter((o) => o.library !== SUBJECT)
+const best = <A>(items: ReadonlyArray<A>, score: (a: A) => number, lowest = false) =>
+  items.reduce<A | undefined>(
+    (acc, item) =>
+      acc === undefined || (lowest ? score(item) < score(acc) : score(item) > score(acc)) ? item : acc,
+    undefined
+  )
+
+// --- targets ----------------------------------------------------------------------------------------
+
+export interface TargetRow {
+  readonly target: string
+  readonly measured: string
+  readonly ratio: string
+  readonly met: boolean | undefined
+}
+
+export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
+  const rows: Array<TargetRow> = []
+  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
+
+  const serial = subject(results.serial)
+  if (serial !== undefined && raw !== undefined) {
+    const twoTrips = 2 * raw.single.p50 * 1000
+    const r = serial.latency.p50 / twoTrips
+    rows.push({
+      target: "Serial p50 ≤ 1.2 × two raw `EVALSHA` round trips",
+      measured: `${dec(serial.latency.p50, 1)} µs vs 2 × ${dec(raw.single.p50 * 1000, 0)} µs (ioredis pair, no library: ${
+        dec(raw.ioredisSerial.latency.p50, 1)
+      } µs)`,
+      ratio: ratio(r),
+      met: r <= 1.2
+    })
+  }
+
+  const distinct = subject(results.distinct)
+  const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
+  if (distinct !== undefined && distinctPeer !== undefined) {
+    const r = distinct.opsPerSecond / distinctPeer.opsPerSecond
+    rows.push({
+      target: "Distinct-key throughput ≥ 2 × best peer",
+      measured: `${int(distinct.opsPerSecond)} ops/s vs ${int(distinctPeer.opsPerSecond)} (${distinctPeer.library})`,
+      ratio: ratio(r),
+      met: r >= 2
+    })
+  }
+
+  const handoff = subject(results.handoff)
+  const handoffPeers = peers(results.handoff)
+  const fastestPeer = best(handoffPeers, (p) => p.acquisitionsPerSecond)
+  if (handoff !== undefined && fastestPeer !== undefined) {
+    const r = handoff.acquisitionsPerSecond / fastestPeer.acquisitionsPerSecond
+    rows.push({
+      target: "Hand-off acquisitions/s ≥ 1.5 × best peer",
+      measured: `${int(handoff.acquisitionsPerSecond)} /s vs ${int(fastestPeer.acquisitionsPerSecond)} (${fastestPeer.library})`,
+      ratio: ratio(r),
+      met: r >= 1.5
+    })
+  }
+  const steadiestPeer = best(handoffPeers.filter((p) => p.wait.count > 0), (p) => p.wait.p99, true)
+  if (handoff !== undefined && steadiestPeer !== undefined) {
+    const r = steadiestPeer.wait.p99 / handoff.wait.p99
+    rows.push({
+      target: "Hand-off wait p99 ≤ 1/10 of best peer's",
+      measured: `${dec(handoff.wait.p99, 1)} ms vs ${dec(steadiestPeer.wait.p99, 1)} ms (${steadiestPeer.library})`,
+      ratio: `1/${dec(r, 1)}`,
+      met: r >= 10
+    })
+  }
+  if (handoff !== undefined) {
+    rows.push({
+      target: "Hand-off fairness (min/max acquisitions per worker) ≥ 0.8",
+      measured: `${handoff.minPerWorker} / ${handoff.maxPerWorker}`,
+      ratio: dec(handoff.fairness, 2),
+      met: handoff.fairness >= 0.8
+    })
+    rows.push({
+      target: "Hand-off overlaps = 0",
+      measured: `${handoff.overlaps}`,
+      ratio: "",
+      met: handoff.overlaps === 0
+    })
+  }
+
+  const waiters = subject(results.waiters)
+  if (waiters !== undefined) {
+    rows.push({
+      target: "≤ 2 Redis connections with 1,000 waiters",
+      measured: `${waiters.connectionsWaiting}`,
+      ratio: "",
+      met: waiters.connectionsWaiting <= 2
+    })
+    const acquireSide = waiters.commandsPerAcquisition - 1
+    rows.push({
+      target: "≤ 3 Redis commands per contended acquisition (1,000 waiters, release not counted)",
+      measured: `${dec(acquireSide, 2)} (${dec(waiters.commandsPerAcquisition, 2)} with the release)`,
+      ratio: "",
+      met: acquireSide <= 3
+    })
+  }
+
+  const reentrant = subject(results.reentrant)
+  if (reentrant?.redisCommandsDuringLoop !== undefined) {
+    rows.push({
+      target: "Reentrant acquire makes no Redis call",
+      measured: `${reentrant.redisCommandsDuringLoop} commands in ${int(reentrant.iterations ?? NaN)} nested acquires, ${
+        int(reentrant.nanosPerNested ?? NaN)
+      } ns each`,
+      ratio: "",
+      met: reentrant.redisCommandsDuringLoop === 0
+    })
+  }
+  return rows
+}
+
+export const renderTargets = (results: BenchResults): string =>
+  table(
+    ["Target", "Measured", "Ratio", "Met"],
+    targets(results).map((row) => [row.target, row.measured, row.ratio, mark(row.met)]),
+    "--- | --- | ---: | :---:"
+  )
+
+// --- scenarios --------------------------------------------------------------------------------------
+
+const rawSection = (results: BenchResults) => {
+  const raw = results.raw
+  if (raw === undefined) return ""
+  if (isFailed(raw)) return `### Raw limit\n\nFailed: ${raw.error}\n`
+  return `### Raw limit: Redis and ioredis without a lock library
+
+${
+    table(["Client", "Requests/s", "p50", "p99"], [
+      [
+        "`redis-benchmark`, 1 client, `EVALSHA acquire.lua`",
+        int(raw.single.requestsPerSecond),
+        `${dec(raw.single.p50 * 1000, 0)} µs`,
+        `${dec(raw.single.p99 * 1000, 0)} µs`
+      ],
+      [
+        "`redis-benchmark`, 50 clients, `EVALSHA acquire.lua`",
+        int(raw.fifty.requestsPerSecond),
+        `${dec(raw.fifty.p50 * 1000, 0)} µs`,
+        `${dec(raw.fifty.p99 * 1000, 0)} µs`
+      ],
+      [
+        "ioredis, 1 loop, acquire + release pair",
+        `${int(raw.ioredisSerial.opsPerSecond)} pairs/s`,
+        `${dec(raw.ioredisSerial.latency.p50, 1)} µs`,
+        `${dec(raw.ioredisSerial.latency.p99, 1)} µs`
+      ],
+      ["ioredis, 64 loops on distinct keys, acquire + release pairs", `${int(raw.ioredisDistinct.opsPerSecond)} pairs/s`, "", ""]
+    ])
+  }
+
+\`${raw.single.command}\`
+
+Every call names a random lock out of a million (\`__rand_int__\` with \`-r 1000000\`), so it takes the
+fresh-acquisition path of the script (EXISTS, HINCRBY, PEXPIRE, INCR, GET): the same work as a real
+acquisition with a fencing token, not a busy reply. The 1 s lease keeps the key space small. The
+50-client run shares this machine's ${results.machine.cores} cores with the server, so it is a floor for the server's
+throughput, not a ceiling. The ioredis rows run effect-lock's own acquire and release scripts from
+this Node process on a client configured like effect-lock's (auto-pipelining on): what any Node lock
+doing two round trips would pay before adding anything of its own.
+`
+}
+
+const serialSection = (results: BenchResults) => {
+  const rows = ok(results.serial).map((r: SerialResult) => [
+    r.library,
+    int(r.opsPerSecond),
+    `${dec(r.latency.p50, 1)} µs`,
+    `${dec(r.latency.p99, 1)} µs`,
+    int(r.latency.count)
+  ])
+  return `### a. Serial: one fiber, uncontended key
+
+${table(["Library", "Ops/s", "p50", "p99", "Samples"], [...rows, ...failedRows(results.serial, 5)])}
+
+One operation is a whole \`withLock\` (or the peer's equivalent) around an empty critical section: acquire,
+release, and whatever the library does around them (leases, watchdog timers, spans).
+`
+}
+
+const distinctSection = (results: BenchResults) => {
+  const rows = ok(results.distinct).map((r) => [r.library, int(r.opsPerSecond), int(r.failures)])
+  return `### b. Throughput: 64 fibers on distinct keys
+
+${table(["Library", "Ops/s", "Failures"], [...rows, ...failedRows(results.distinct, 3)])}
+`
+}
+
+const handoffSection = (results: BenchResults) => {
+  const rows = ok(results.handoff).map((r: HandoffResult) => [
+    r.library,
+    int(r.acquisitionsPerSecond),
+    `${dec(r.wait.p50, 1)} ms`,
+    `${dec(r.wait.p99, 1)} ms`,
+    `${r.minPerWorker} / ${r.maxPerWorker}`,
+    dec(r.fairness, 2),
+    int(r.overlaps),
+    r.failures.length === 0 ? "" : r.failures.join("; "),
+    dec(r.seconds, 1)
+  ])
+  return `### c. Hand-off: 16 workers, one key, ~1 ms inside, ~1 ms outside
+
+${
+    table(
+      ["Library", "Acquisitions/s", "Wait p50", "Wait p99", "Min / max per worker", "Fairness", "Overlaps", "Errors", "Seconds"],
+      [...rows, ...failedRows(results.handoff, 9)]
+    )
+  }
+
+The hold and the work outside are \`Effect.sleep("1 millis")\`, which a timer makes about 1.1 ms. With 16
+workers the lock is wanted nearly all the time, so a perfect lock would pass it on the moment it is
+released: at most about ${int(1000 / 1.1)} acquisitions/s, and every worker waiting for the other 15 (roughly 15 ×
+the hold). *Wait* is from asking for the lock to running inside it. *Fairness* is the fewest
+acquisitions any worker got divided by the most. *Overlaps* counts a worker entering while another
+was inside (an in-process counter): it must be 0.
+`
+}
+
+const waitersSection = (results: BenchResults) => {
+  const rows = ok(results.waiters).map((r) => [
+    r.library,
+    `${r.connectionsIdle} → ${r.connectionsWaiting}`,
+    mib(r.rssDeltaBytes),
+    mib(r.heapDeltaBytes),
+    int(r.waitingCommandsPerSecond),
+    dec(r.commandsPerAcquisition, 2),
+    r.breakdown.map(([name, perAcq]) => `${name} ${dec(perAcq, 2)}`).join(", "),
+    dec(r.serverCallsPerAcquisition, 1),
+    `${int(r.acquisitions)}${r.capped ? " (cap)" : ""}`,
+    `${dec(r.drainSeconds, 2)} s`,
+    int(r.overlaps)
+  ])
+  const header = [
+    "Library",
+    "Connections (idle → waiting)",
+    "RSS",
+    "Heap",
+    "Commands/s while waiting",
+    "Commands per acquisition",
+    "By command",
+    "Server calls per acquisition",
+    "Acquisitions",
+    "Drain",
+    "Overlaps"
+  ]
+  const notes = ok(results.waiters)
+    .filter((r) => r.failures.length > 0)
+    .map((r) => `- ${r.library}: ${r.failures.join("; ")}`)
+  return `### d. 1,000 waiters on one key
+
+${table(header, [...rows, ...failedRows(results.waiters, header.length)])}
+${notes.length > 0 ? `\nErrors reported by waiters:\n\n${notes.join("\n")}\n` : ""}
+One holder takes the key, 1,000 fibers ask for it, and after a second of waiting the holder lets go;
+each waiter then takes the lock once (an empty critical section). *Connections* are the server's
+\`CLIENT LIST\` entries other than the bench's admin connection, before the waiters came and at most
+while they waited. *RSS* and *heap* are this process's growth while 1,000 wait, each measured after a
+full garbage collection. *Commands/s while waiting* is what waiting alone costs the server while
+nobody can get in. *Commands per acquisition* divides the commands the clients sent (counted by the
+server, \`INFO commandstats\` after \`CONFIG RESETSTAT\`) over the holder and every waiter by the
+number of acquisitions; it includes each acquisition's release. *Server calls* adds the calls Lua
+scripts make inside Redis. *Drain* is from the holder's release until the last waiter was through.
+`
+}
+
+const reentrantSection = (results: BenchResults) => {
+  const rows = ok(results.reentrant).map((r) => [
+    r.library,
+    r.reentrant ? "yes" : "no",
+    r.nanosPerNested === undefined ? "" : `${int(r.nanosPerNested)} ns`,
+    r.nanosPerBaseline === undefined ? "" : `${int(r.nanosPerBaseline)} ns`,
+    r.redisCommandsDuringLoop === undefined ? "" : int(r.redisCommandsDuringLoop),
+    r.nestedOutcome
+  ])
+  return `### e. Reentrant acquire: a nested lock on a key the caller holds
+
+${
+    table(
+      ["Library", "Reentrant", "Nested acquire", "Loop without it", "Redis commands during the loop", "A nested acquire on the held key"],
+      [...rows, ...failedRows(results.reentrant, 6)]
+    )
+  }
+
+Inside \`withLock(key, ...)\`, a loop runs \`withLock(key, Effect.void)\` again and again; *nested acquire*
+is its time per iteration, next to the same loop with a bare \`Effect.void\`. The server's command
+counters are read before and after the loop. The peers tie a lock to one acquire call rather than to
+an owner, so a nested acquire of the same key waits for the outer one: the bench shows it with one
+nested attempt that gives up after 300 ms.
+`
+}
+
+// --- document ---------------------------------------------------------------------------------------
+
+export const renderMarkdown = (results: BenchResults): string => {
+  const m = results.machine
+  const libraryRows = results.libraries.map((l) => [`${l.name} ${l.version}`, l.usage, l.waiting, l.reentrant ? "yes" : "no"])
+  const problems = [
+    ...results.unhandledRejections.map((e) => `- unhandled rejection: ${e}`),
+    ...Array.from(new Set(results.backgroundErrors)).slice(0, 20).map((e) => `- ${e}`)
+  ]
+  return `# Benchmarks
+
+<!-- Generated by \`npm run bench\` (bench/run.ts). Do not edit by hand: re-run it. -->
+
+effect-lock next to the locks people would otherwise pick for Node and Redis, and next to the raw
+limit of Redis itself, all in one run on one machine: **${results.date.slice(0, 10)}**, \`${results.command}\`,
+${dec(results.seconds, 0)} s in total.
+
+![Hand-off acquisitions/s, serial and distinct-key operations/s per library](benchmarks.svg)
+
+## Targets
+
+${renderTargets(results)}
+
+Ratios come from this run only. They are reported here, never asserted in unit tests: timings on a
+shared machine are not a pass/fail signal.
+
+## Machine
+
+${
+    table(["", ""], [
+      ["CPU", `${m.cpu}, ${m.cores} cores`],
+      ["Memory", `${m.memoryGiB} GiB`],
+      ["OS", m.os],
+      ["Node.js", m.node],
+      ["Redis", `${m.redis}, on loopback, \`--save "" --appendonly no\`, in the same machine`]
+    ], "--- | ---")
+  }
+
+## Libraries
+
+${table(["Library", "Used as", "How a waiter learns the lock is free", "Reentrant"], libraryRows, "--- | --- | --- | :---:")}
+
+Each library runs in its documented, default configuration (redlock with \`retryCount: -1\` so that it
+waits as long as the others do). Polling intervals are the libraries' own defaults on purpose: that is
+what their users get.
+
+## Results
+
+${rawSection(results)}
+${serialSection(results)}
+${distinctSection(results)}
+${handoffSection(results)}
+${waitersSection(results)}
+${reentrantSection(results)}
+${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
+## How to read this
+
+- **One process, one server, one machine.** Every library runs in the same Node process, one after
+  the other, against the same \`redis-server\` on loopback, started by the bench on a free port with
+  persistence off. Between libraries the bench runs \`FLUSHALL\` and opens fresh clients; each
+  scenario warms up before it measures. Latency here is mostly the kernel's loopback and the two
+  processes' CPU time, so absolute numbers are small and differences in client-side work show
+  plainly. Across a network every round trip grows by the network's latency, which favours
+  libraries that make fewer of them.
+- **Fibers for everyone.** The bench drives every library from Effect fibers. The promise-based peers
+  are wrapped in \`Effect.async\` (well under a microsecond per call), and each peer gets the plain
+  \`new Redis(url)\` its README shows. effect-lock uses \`RedisBackend.layer({ url })\`, which opens one
+  command connection (auto-pipelined) and one subscriber connection.
+- **Polling is part of the result.** redlock retries every 200 ± 100 ms, redis-semaphore every
+  10 ms, effect-distributed-lock every 100 ms (plus a pub/sub subscription per waiter). A waiter on
+  effect-lock sleeps until a release notification (or its retry schedule, or the holder's lease)
+  wakes it. Hand-off speed, wait times, fairness and command counts under contention follow from that.
+- **Latency percentiles** are nearest-rank over every operation in the measuring window. p99 on a
+  2-core machine that also runs Redis includes garbage-collection pauses and scheduling noise.
+- **Caps.** Measuring windows are fixed (serial 2 s, distinct keys 2.5 s, hand-off 4 s per library,
+  after 0.5 s of warm-up); the 1,000-waiter drain is capped at 12 s, and a library that had not
+  served every waiter by then is marked *(cap)* with the acquisitions it did serve.
+
+## Re-running
+
+\`\`\`sh
+npm run bench                                   # everything; rewrites this page and benchmarks.svg
+BENCH_LIBS=effect-lock npm run bench            # one library, printed to the console only
+BENCH_SCENARIOS=serial,handoff BENCH_SCALE=0.5 npm run bench   # a quick look at two scenarios
+REDIS_URL=redis://127.0.0.1:6379 npm run bench  # an existing loopback server (it gets flushed)
+\`\`\`
+
+\`redis-server\` and \`redis-benchmark\` must be on the \`PATH\` (Debian: \`redis-server\`, \`redis-tools\`).
+The code is in \`bench/\`: one module per scenario in \`bench/scenarios/\`, the libraries behind one
+interface in \`bench/peers.ts\`, this page in \`bench/report.ts\` and the chart in \`bench/svg.ts\`.
+`
+}

@@ -1,0 +1,53 @@
+/** The shape of one bench run, as the report reads it. */
+import type { DistinctResult } from "./scenarios/distinct.js"
+import type { HandoffResult } from "./scenarios/handoff.js"
+import type { RawResult } from "./scenarios/raw.js"
+import type { ReentrantResult } from "./scenarios/reentrant.js"
+import type { SerialResult } from "./scenarios/serial.js"
+import type { WaitersResult } from "./scenarios/waiters.js"
+
+/** A scenario that could not finish for a library, and why. */
+export interface Failed {
+  readonly library: string
+  readonly error: string
+}
+
+export type Outcome<A> = A | Failed
+
+export const isFailed = <A>(outcome: Outcome<A>): outcome is Failed =>
+  typeof outcome === "object" && outcome !== null && "error" in outcome
+
+export interface Machine {
+  readonly cpu: string
+  readonly cores: number
+  readonly memoryGiB: number
+  readonly os: string
+  readonly node: string
+  readonly redis: string
+}
+
+export interface LibraryInfo {
+  readonly name: string
+  readonly version: string
+  readonly usage: string
+  readonly waiting: string
+  readonly reentrant: boolean
+}
+
+export interface BenchResults {
+  readonly date: string
+  readonly command: string
+  readonly seconds: number
+  readonly scale: number
+  readonly machine: Machine
+  readonly libraries: ReadonlyArray<LibraryInfo>
+  readonly raw: Outcome<RawResult> | undefined
+  readonly serial: ReadonlyArray<Outcome<SerialResult>>
+  readonly distinct: ReadonlyArray<Outcome<DistinctResult>>
+  readonly handoff: ReadonlyArray<Outcome<HandoffResult>>
+  readonly waiters: ReadonlyArray<Outcome<WaitersResult>>
+  readonly reentrant: ReadonlyArray<Outcome<ReentrantResult>>
+  /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
+  readonly backgroundErrors: ReadonlyArray<string>
+  readonly unhandledRejections: ReadonlyArray<string>
+}
