@@ -317,7 +317,8 @@ export const make = (
         }
       }, (error) => {
         runFork(annotate(Effect.logWarning(
-          "Could not release a lock possibly taken by an acquire whose reply was lost; it expires with its lease"
+          "A compensating release for an acquire whose reply was lost got no reply either; " +
+            "if the acquire took the lock, the lock ends with its lease"
         ).pipe(Effect.annotateLogs("error", error instanceof Error ? error.message : String(error)))))
       })
     }
