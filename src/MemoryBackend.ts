@@ -9,10 +9,11 @@
  *
  * @since 0.1.0
  */
-import { Clock, Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import type { AcquireResult, LockBackendShape, LockInfo, LockRequest, RenewResult } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
 import { makeWaiterQueue } from "./internal/waiterQueue.js"
+import { nowMillis } from "./internal/time.js"
 
 interface Entry {
   /** owner -> hold count */
@@ -62,7 +63,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
   }
 
   const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult> =>
-    Effect.map(Clock.currentTimeMillis, (now): AcquireResult => {
+    Effect.map(nowMillis, (now): AcquireResult => {
       const entry = live(request.key, now)
       if (entry === undefined) {
         locks.set(request.key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
@@ -78,7 +79,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     })
 
   const renew = (request: LockRequest): Effect.Effect<RenewResult> =>
-    Effect.map(Clock.currentTimeMillis, (now): RenewResult => {
+    Effect.map(nowMillis, (now): RenewResult => {
       const entry = live(request.key, now)
       if (entry === undefined) return { _tag: "Lost", reason: "expired" }
       if (!entry.holders.has(request.owner)) return { _tag: "Lost", reason: "stolen" }
@@ -87,7 +88,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     })
 
   const release = (key: string, owner: string): Effect.Effect<boolean> =>
-    Effect.map(Clock.currentTimeMillis, (now) => {
+    Effect.map(nowMillis, (now) => {
       const entry = live(key, now)
       if (entry === undefined || !entry.holders.has(owner)) return false
       locks.delete(key)
@@ -96,7 +97,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     })
 
   const forceRelease = (key: string): Effect.Effect<boolean> =>
-    Effect.map(Clock.currentTimeMillis, (now) => {
+    Effect.map(nowMillis, (now) => {
       const entry = live(key, now)
       locks.delete(key)
       queue.notify(key)
@@ -104,7 +105,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     })
 
   const inspect = (key: string): Effect.Effect<Option.Option<LockInfo>> =>
-    Effect.map(Clock.currentTimeMillis, (now) => {
+    Effect.map(nowMillis, (now) => {
       const entry = live(key, now)
       if (entry === undefined) return Option.none()
       return Option.some({
@@ -122,7 +123,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     forceRelease,
     inspect,
     subscribe: queue.register,
-    lockCount: Effect.map(Clock.currentTimeMillis, (now) => {
+    lockCount: Effect.map(nowMillis, (now) => {
       let count = 0
       for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++
       return count

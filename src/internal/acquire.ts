@@ -6,7 +6,7 @@
  * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
-import { Clock, Effect, Metric, Option } from "effect"
+import { Effect, Metric, Option } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 import type { LockBackendShape, LockRequest } from "../LockBackend.js"
@@ -14,6 +14,7 @@ import type { LockBackendError } from "../LockError.js"
 import { LockTimeoutError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { BusyInfo, ResolvedOptions } from "./options.js"
+import { nowMillis, wholeMillis } from "./time.js"
 
 export interface Acquired {
   readonly fencingToken: bigint
@@ -25,7 +26,7 @@ type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, 
 
 /** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
 const attempt = (backend: LockBackendShape, request: LockRequest) =>
-  Effect.flatMap(Clock.currentTimeMillis, (startedAt) =>
+  Effect.flatMap(nowMillis, (startedAt) =>
     Effect.map(backend.tryAcquire(request), (result) =>
       result._tag === "Acquired"
         ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
@@ -61,7 +62,7 @@ const waitFor = (
   firstTtl: number | undefined
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
   Effect.scoped(Effect.gen(function*() {
-      const start = yield* Clock.currentTimeMillis
+      const start = yield* nowMillis
       const deadline = start + options.waitMillis
       let attempts = 1
       let ttl = firstTtl
@@ -69,7 +70,7 @@ const waitFor = (
         new LockTimeoutError({
           key: request.key,
           reason,
-          waitedMillis: now - start,
+          waitedMillis: Math.round(now - start),
           attempts,
           ...(ttl === undefined ? {} : { holderTtlMillis: ttl })
         })
@@ -84,7 +85,7 @@ const waitFor = (
         attempts++
         if (result._tag === "Acquired") return result
         ttl = result.ttlMillis
-        const now = yield* Clock.currentTimeMillis
+        const now = yield* nowMillis
         if (now >= deadline) return yield* timeout(now, "wait-elapsed")
         const input: BusyInfo = { key: request.key, attempt: attempts, holderTtlMillis: ttl }
         const [next, , decision] = yield* schedule.step(now, input, state)
@@ -93,7 +94,7 @@ const waitFor = (
         const scheduled = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
         // Never sleep past the holder's lease: when it ends the lock is free without a notification.
         const untilExpiry = ttl === undefined ? Infinity : ttl + 1
-        const sleep = Math.min(scheduled, untilExpiry, deadline - now)
+        const sleep = wholeMillis(Math.min(scheduled, untilExpiry, deadline - now))
         if (sleep > 0) yield* restore(Effect.timeoutOption(signal.await, sleep))
       }
     }))

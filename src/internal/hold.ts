@@ -3,13 +3,14 @@
  * release. It owns the watchdog fiber and the loss signal, and knows which fibers run guarded by
  * it so that a loss interrupts them.
  */
-import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, FiberId, Metric } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Metric } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { ResolvedOptions } from "./options.js"
 import type { Owner } from "./owner.js"
+import { nowMillis } from "./time.js"
 
 export interface Hold {
   readonly _tag: "Hold"
@@ -61,13 +62,13 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     if (hold.state !== "held") return Effect.void
     hold.state = "lost"
     if (hold.owner.holds.get(hold.key) === hold) hold.owner.holds.delete(hold.key)
-    return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    return Effect.flatMap(nowMillis, (now) => {
       const error = new LockLostError({
         key: hold.key,
         owner: hold.owner.id,
         reason,
         fencingToken: hold.fencingToken,
-        heldMillis: now - hold.acquiredAt,
+        heldMillis: Math.round(now - hold.acquiredAt),
         ...(cause === undefined ? {} : { cause })
       })
       hold.lossError = error
@@ -111,7 +112,7 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
   Effect.map(
-    Clock.currentTimeMillis,
+    nowMillis,
     (now) => hold.state === "held" ? Duration.millis(Math.max(0, hold.deadline - now)) : Duration.zero
   )
 

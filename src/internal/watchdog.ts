@@ -4,13 +4,14 @@
  * or when the local deadline passes without a confirmed renewal. With `renew: false` it only
  * waits for the deadline.
  */
-import { Clock, Effect, Metric } from "effect"
+import { Effect, Metric } from "effect"
 import type { LockRequest } from "../LockBackend.js"
 import type { Hold } from "./hold.js"
 import { markLost } from "./hold.js"
 import * as metrics from "./metrics.js"
+import { nowMillis, wholeMillis } from "./time.js"
 
-const sleepUntil = (at: number) => Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, at - now)))
+const sleepUntil = (at: number) => Effect.flatMap(nowMillis, (now) => Effect.sleep(wholeMillis(at - now)))
 
 const untilDeadline = (hold: Hold): Effect.Effect<void> =>
   Effect.zipRight(sleepUntil(hold.deadline), markLost(hold, "expired"))
@@ -29,21 +30,21 @@ const renewing = (hold: Hold): Effect.Effect<void> => {
   let lastError: unknown = undefined
 
   const renewOnce = Effect.gen(function*() {
-    const startedAt = yield* Clock.currentTimeMillis
+    const startedAt = yield* nowMillis
     const left = hold.deadline - startedAt
     // Past the deadline with no failed call: the process did not get to renew in time (paused,
     // starved); with failed calls: the backend could not confirm a renewal.
     if (left <= 0) return yield* markLost(hold, lastError === undefined ? "expired" : "renewal-failed", lastError)
     const result = yield* backend.renew(request).pipe(
-      Effect.timeoutOption(left),
+      Effect.timeoutOption(wholeMillis(left)),
       Effect.either
     )
     if (hold.state !== "held") return
     if (result._tag === "Left") {
       lastError = result.left
       yield* Effect.logDebug("Lease renewal failed; retrying until the local deadline", result.left)
-      const now = yield* Clock.currentTimeMillis
-      return yield* Effect.sleep(Math.max(0, Math.min(retryMillis, hold.deadline - now)))
+      const now = yield* nowMillis
+      return yield* Effect.sleep(wholeMillis(Math.min(retryMillis, hold.deadline - now)))
     }
     if (result.right._tag === "None") {
       // The call outlived the deadline: the lease can no longer be trusted.
