@@ -32,6 +32,7 @@ import type { BusyInfo, LockOptions, ResolvedOptions } from "./internal/options.
 import { resolveOptions, validateKey } from "./internal/options.js"
 import type { Owner, Pending } from "./internal/owner.js"
 import { currentOwner, makeOwner } from "./internal/owner.js"
+import { withSpan } from "./internal/tracing.js"
 import { startWatchdog } from "./internal/watchdog.js"
 
 export type {
@@ -70,7 +71,10 @@ export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effec
 
 type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
-const makePending = (): Pending => ({ _tag: "Pending", settled: Deferred.unsafeMake<void>(FiberId.none) })
+const makePending = (): Pending => ({ _tag: "Pending", settled: undefined })
+
+const awaitSettled = (pending: Pending): Effect.Effect<void> =>
+  Deferred.await(pending.settled ??= Deferred.unsafeMake<void>(FiberId.none))
 
 /** How a fresh acquisition is attempted: once, or waiting. `undefined` means busy. */
 type Attempt<E> = (
@@ -107,7 +111,7 @@ const enter = <E>(
     if (entry !== undefined) {
       return attempt === (once as Attempt<unknown>)
         ? Effect.succeed(undefined)
-        : Effect.zipRight(restore(Deferred.await(entry.settled)), enter(owner, key, options, attempt, restore))
+        : Effect.zipRight(restore(awaitSettled(entry)), enter(owner, key, options, attempt, restore))
     }
     return Effect.flatMap(LockBackend, (backend) => {
       const pending = makePending()
@@ -118,7 +122,7 @@ const enter = <E>(
       const settle = (hold: Hold | undefined) => {
         if (hold !== undefined) owner.holds.set(key, hold)
         else if (owner.holds.get(key) === pending) owner.holds.delete(key)
-        Deferred.unsafeDone(pending.settled, Exit.void)
+        if (pending.settled !== undefined) Deferred.unsafeDone(pending.settled, Exit.void)
         return hold
       }
       return attempt(backend, request, options, restore).pipe(
@@ -128,31 +132,33 @@ const enter = <E>(
           const hold = settle(makeHold(owner, key, backend, options, acquired.fencingToken, acquired.startedAt))!
           return Effect.as(Effect.zipRight(startWatchdog(hold), Metric.increment(metrics.acquisitions)), hold)
         }),
-        Effect.withSpan("effect-lock.acquire", {
-          attributes: { key, backend: backend.name },
-          captureStackTrace: false
-        })
+        withSpan("effect-lock.acquire", { key, backend: backend.name })
       )
     })
   })
 
 /** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
 const runLocked = <A, E, R, E2>(
-  owner: Owner,
   key: string,
   options: ResolvedOptions,
   attempt: Attempt<E2>,
   program: Program<A, E, R>
 ): Effect.Effect<A | undefined, E | E2 | LockLostError, R | LockBackend> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
-      if (hold === undefined) return Effect.succeed(undefined)
-      return Effect.flatMap(
-        Effect.exit(runGuarded(hold, runProgram(program, makeLease(hold)), restore)),
-        (exit) => Effect.zipRight(releaseOne(hold), exit)
-      )
-    })
-  )
+  Effect.flatMap(FiberRef.get(currentOwner), (current) => {
+    // With no owner in scope the program gets a fresh one. Only the program's fiber (and what it
+    // forks) needs to see it, so it is installed there, not around the whole call.
+    const owner = current ?? makeOwner()
+    const install = current === undefined ? owner : undefined
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
+        if (hold === undefined) return Effect.succeed(undefined)
+        return Effect.flatMap(
+          Effect.exit(runGuarded(hold, runProgram(program, makeLease(hold)), restore, install)),
+          (exit) => Effect.zipRight(releaseOne(hold), exit)
+        )
+      })
+    )
+  })
 
 /** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
 const enterScoped = <E>(
@@ -167,14 +173,6 @@ const enterScoped = <E>(
           ? Effect.succeed(undefined)
           : Effect.as(Effect.addFinalizer(() => releaseOne(hold)), makeLease(hold)))
     ))
-
-/** Run `f` with the fiber's owner, making a fresh one for the duration of `f` when there is none. */
-const withOwner = <A, E, R>(f: (owner: Owner) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.flatMap(FiberRef.get(currentOwner), (owner) => {
-    if (owner !== undefined) return f(owner)
-    const fresh = makeOwner()
-    return Effect.locally(f(fresh), currentOwner, fresh)
-  })
 
 /** The owner for the rest of the current scope, installing a fresh one when there is none. */
 const scopedOwner: Effect.Effect<Owner, never, Scope.Scope> = Effect.flatMap(FiberRef.get(currentOwner), (owner) => {
@@ -197,7 +195,7 @@ const withLockImpl = <A, E, R>(
   options: LockOptions | undefined
 ): Effect.Effect<A, E | WithLockError, R | LockBackend> =>
   Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    withOwner((owner) => runLocked(owner, key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>))
+    runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>)
 
 /**
  * Run `program` while holding the lock on `key`, waiting for it as long as `options.wait` allows.
@@ -261,10 +259,8 @@ export const withLockIfAvailable: {
 } = function(this: unknown, ...args: ReadonlyArray<unknown>): any {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
     Effect.flatMap(validate(args[0] as string, options), ([key, resolved]) =>
-      withOwner((owner) =>
-        runLocked(owner, key, resolved, once, (lease) => Effect.map(runProgram(program, lease), Option.some)).pipe(
-          Effect.map((result) => result ?? Option.none())
-        )
+      runLocked(key, resolved, once, (lease) => Effect.map(runProgram(program, lease), Option.some)).pipe(
+        Effect.map((result) => result ?? Option.none())
       ))
   if (isProgram(args[1])) {
     return run(args[1] as Program<unknown, unknown, unknown>, args[2] as LockOptions | undefined)
@@ -357,4 +353,4 @@ export const inspect = (
 export const forceUnlock = (key: string): Effect.Effect<boolean, LockBackendError | LockOptionsError, LockBackend> =>
   Effect.flatMap(validateKey(key), (key) =>
     Effect.flatMap(LockBackend, (backend) =>
-      backend.forceRelease(key).pipe(Effect.withSpan("effect-lock.forceUnlock", { attributes: { key } }))))
+      backend.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))))

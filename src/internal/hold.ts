@@ -3,13 +3,14 @@
  * release. It owns the watchdog fiber and the loss signal, and knows which fibers run guarded by
  * it so that a loss interrupts them.
  */
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Metric } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { ResolvedOptions } from "./options.js"
 import type { Owner } from "./owner.js"
+import { currentOwner } from "./owner.js"
 import { nowMillis } from "./time.js"
 
 export interface Hold {
@@ -20,8 +21,8 @@ export interface Hold {
   readonly backend: LockBackendShape
   readonly options: ResolvedOptions
   readonly acquiredAt: number
-  /** Fails with the loss; never succeeds. */
-  readonly lost: Deferred.Deferred<never, LockLostError>
+  /** Completed with the loss; made only when somebody awaits `Lease.lost`. */
+  lostSignal: Deferred.Deferred<never, LockLostError> | undefined
   /** Fibers running a program guarded by this hold: interrupted on loss. */
   readonly guarded: Set<Fiber.RuntimeFiber<unknown, unknown>>
   watchdog: Fiber.RuntimeFiber<void> | undefined
@@ -47,7 +48,7 @@ export const makeHold = (
   backend,
   options,
   acquiredAt: startedAt,
-  lost: Deferred.unsafeMake<never, LockLostError>(FiberId.none),
+  lostSignal: undefined,
   guarded: new Set(),
   watchdog: undefined,
   lossError: undefined,
@@ -72,7 +73,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
         ...(cause === undefined ? {} : { cause })
       })
       hold.lossError = error
-      Deferred.unsafeDone(hold.lost, Exit.fail(error))
+      if (hold.lostSignal !== undefined) Deferred.unsafeDone(hold.lostSignal, Exit.fail(error))
       for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.zipRight(
         Metric.increment(metrics.lost),
@@ -118,22 +119,38 @@ export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
 
 type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
-const lostNow = (hold: Hold): Effect.Effect<never, LockLostError> => Deferred.await(hold.lost)
+/** Fails with the loss as soon as there is one; never succeeds. */
+export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
+  Effect.suspend(() =>
+    hold.lossError !== undefined
+      ? Effect.fail(hold.lossError)
+      : Deferred.await(hold.lostSignal ??= Deferred.unsafeMake<never, LockLostError>(FiberId.none))
+  )
+
+const lostNow = awaitLoss
 
 /**
  * Run `effect` in a child fiber that a loss of the hold interrupts; the result is then a
  * `LockLostError`. Must be called inside `uninterruptibleMask`, with its `restore`. The child is
  * one fork, cheaper than racing the effect against the loss signal; fibers the effect forks are
- * its children and end with it.
+ * its children and end with it. `owner`, when given, is installed as the child's owner.
+ *
+ * Before starting, the local deadline is checked: a process that was paused past its lease learns
+ * it here, before the effect takes a step, even if the watchdog has not run yet.
  */
 export const runGuarded = <A, E, R>(
   hold: Hold,
   effect: Effect.Effect<A, E, R>,
-  restore: Restore
+  restore: Restore,
+  owner?: Owner | undefined
 ): Effect.Effect<A, E | LockLostError, R> =>
-  Effect.suspend(() => {
+  Effect.flatMap(nowMillis, (now) => {
+    if (hold.state === "held" && now >= hold.deadline) {
+      return Effect.zipRight(markLost(hold, "expired"), lostNow(hold))
+    }
     if (hold.state === "lost") return lostNow(hold)
-    return Effect.flatMap(Effect.fork(restore(effect)), (fiber) => {
+    const child = owner === undefined ? restore(effect) : Effect.zipRight(FiberRef.set(currentOwner, owner), restore(effect))
+    return Effect.flatMap(Effect.fork(child), (fiber) => {
       hold.guarded.add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
       if (hold.state === "lost") fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.flatMap(Effect.exit(restore(Fiber.await(fiber))), (awaited): Effect.Effect<A, E | LockLostError> => {
@@ -157,3 +174,7 @@ export const runGuarded = <A, E, R>(
 /** `runGuarded` for callers outside a mask (`Lease.guard`). */
 export const guard = <A, E, R>(hold: Hold, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
   Effect.uninterruptibleMask((restore) => runGuarded(hold, effect, restore))
+
+/** Held: not lost, not released, and the local deadline not passed. */
+export const isHeld = (hold: Hold): Effect.Effect<boolean> =>
+  Effect.map(nowMillis, (now) => hold.state === "held" && now < hold.deadline)

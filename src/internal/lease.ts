@@ -1,9 +1,9 @@
 /** The user-facing view of a hold. */
-import { Deferred, Effect } from "effect"
+import type { Effect } from "effect"
 import type { Duration } from "effect"
 import type { LockLostError } from "../LockError.js"
 import type { Hold } from "./hold.js"
-import { guard, remaining } from "./hold.js"
+import { awaitLoss, guard, isHeld, remaining } from "./hold.js"
 
 /**
  * A held lock, as the program inside it sees it.
@@ -26,7 +26,7 @@ export interface Lease {
   readonly acquiredAt: number
   /** Fails with `LockLostError` when the lock is lost; never succeeds. */
   readonly lost: Effect.Effect<never, LockLostError>
-  /** Whether the lock is still held (not lost, not released). */
+  /** Whether the lock is still held: not lost, not released, and its local deadline not passed. */
   readonly isHeld: Effect.Effect<boolean>
   /** Time left until the local deadline (zero once lost or released). */
   readonly remaining: Effect.Effect<Duration.Duration>
@@ -40,8 +40,8 @@ export const makeLease = (hold: Hold): Lease => ({
   fencingToken: hold.fencingToken,
   holdCount: hold.count,
   acquiredAt: hold.acquiredAt,
-  lost: Deferred.await(hold.lost),
-  isHeld: Effect.sync(() => hold.state === "held"),
+  lost: awaitLoss(hold),
+  isHeld: isHeld(hold),
   remaining: remaining(hold),
   guard: (effect) => guard(hold, effect)
 })

@@ -11,8 +11,11 @@ import type { Hold } from "./hold.js"
 
 export interface Pending {
   readonly _tag: "Pending"
-  /** Completed when the acquisition settles, whichever way. */
-  readonly settled: Deferred.Deferred<void>
+  /**
+   * Completed when the acquisition settles, whichever way. Made only when a sibling fiber of the
+   * same owner has to wait for it (rare), to keep the common path free of allocations.
+   */
+  settled: Deferred.Deferred<void> | undefined
 }
 
 export interface Owner {

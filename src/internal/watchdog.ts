@@ -42,7 +42,9 @@ const renewing = (hold: Hold): Effect.Effect<void> => {
     if (hold.state !== "held") return
     if (result._tag === "Left") {
       lastError = result.left
-      yield* Effect.logDebug("Lease renewal failed; retrying until the local deadline", result.left)
+      yield* Effect.logDebug("Lease renewal failed; retrying until the local deadline", result.left).pipe(
+        Effect.annotateLogs({ key: hold.key, owner: hold.owner.id })
+      )
       const now = yield* nowMillis
       return yield* Effect.sleep(wholeMillis(Math.min(retryMillis, hold.deadline - now)))
     }
@@ -81,8 +83,7 @@ export const startWatchdog = (hold: Hold): Effect.Effect<void> =>
     return Effect.forkDaemon(
       Effect.interruptible(
         (hold.options.renewMillis > 0 ? renewing(hold) : untilDeadline(hold)).pipe(
-          Effect.ensuring(Effect.sync(() => metrics.watchdogs.active--)),
-          Effect.annotateLogs({ key: hold.key, owner: hold.owner.id })
+          Effect.ensuring(Effect.sync(() => metrics.watchdogs.active--))
         )
       )
     )
