@@ -1,7 +1,7 @@
 /**
  * A hold: one owner's possession of one key, from the fresh acquisition until the last reentrant
- * release. It owns the watchdog fiber and the loss signal, and knows which fibers run guarded by
- * it so that a loss interrupts them.
+ * release. It is watched by the watchdog, carries the loss signal, and knows which fibers run
+ * guarded by it so that a loss interrupts them.
  */
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
@@ -25,7 +25,8 @@ export interface Hold {
   lostSignal: Deferred.Deferred<never, LockLostError> | undefined
   /** Fibers running a program guarded by this hold: interrupted on loss. */
   readonly guarded: Set<Fiber.RuntimeFiber<unknown, unknown>>
-  watchdog: Fiber.RuntimeFiber<void> | undefined
+  /** Set by the watchdog while it watches this hold. */
+  watchdog: { readonly stop: () => void } | undefined
   lossError: LockLostError | undefined
   count: number
   /** Local deadline (Clock millis): last confirmed acquire/renew start + lease - drift. */
@@ -62,6 +63,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
   Effect.suspend(() => {
     if (hold.state !== "held") return Effect.void
     hold.state = "lost"
+    hold.watchdog?.stop()
     if (hold.owner.holds.get(hold.key) === hold) hold.owner.holds.delete(hold.key)
     return Effect.flatMap(nowMillis, (now) => {
       const error = new LockLostError({
@@ -94,18 +96,15 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
     hold.state = "released"
     const { holds } = hold.owner
     if (holds.get(hold.key) === hold) holds.delete(hold.key)
-    const watchdog = hold.watchdog === undefined ? Effect.void : Fiber.interrupt(hold.watchdog)
+    hold.watchdog?.stop()
     // A lost hold still tries to clean up after itself, unless the same owner has since started a
     // new acquisition of the key (the owner-checked release would remove that one).
-    if (!wasHeld && holds.has(hold.key)) return watchdog
-    return Effect.zipRight(
-      watchdog,
-      hold.backend.release(hold.key, hold.owner.id).pipe(
-        Effect.catchAll((error) =>
-          Effect.zipRight(
-            Metric.increment(metrics.releaseFailures),
-            Effect.logWarning(`Releasing lock "${hold.key}" failed; its lease will expire on its own`, error)
-          )
+    if (!wasHeld && holds.has(hold.key)) return Effect.void
+    return hold.backend.release(hold.key, hold.owner.id).pipe(
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          Metric.increment(metrics.releaseFailures),
+          Effect.logWarning(`Releasing lock "${hold.key}" failed; its lease will expire on its own`, error)
         )
       )
     )
