@@ -28,6 +28,7 @@ import { makeHold, releaseOne, runGuarded } from "./internal/hold.js"
 import type { Lease } from "./internal/lease.js"
 import { makeLease } from "./internal/lease.js"
 import * as metrics from "./internal/metrics.js"
+import * as releases from "./internal/releases.js"
 import type { BusyInfo, LockOptions, ResolvedOptions } from "./internal/options.js"
 import { resolveOptions, validateKey } from "./internal/options.js"
 import type { Owner, Pending } from "./internal/owner.js"
@@ -114,6 +115,10 @@ const enter = <E>(
         : Effect.zipRight(restore(awaitSettled(entry)), enter(owner, key, options, attempt, restore))
     }
     return Effect.flatMap(LockBackend, (backend) => {
+      const released = releases.settled(backend, key)
+      if (released !== undefined) {
+        return Effect.zipRight(restore(released), enter(owner, key, options, attempt, restore))
+      }
       const pending = makePending()
       owner.holds.set(key, pending)
       const request: LockRequest = { key, owner: owner.id, leaseMillis: options.leaseMillis, fencing: options.fencing }

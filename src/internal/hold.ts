@@ -3,11 +3,12 @@
  * release. It is watched by the watchdog, carries the loss signal, and knows which fibers run
  * guarded by it so that a loss interrupts them.
  */
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric, Runtime } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
 import * as metrics from "./metrics.js"
+import * as releases from "./releases.js"
 import type { ResolvedOptions } from "./options.js"
 import type { Owner } from "./owner.js"
 import { currentOwner } from "./owner.js"
@@ -100,7 +101,7 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
     // A lost hold still tries to clean up after itself, unless the same owner has since started a
     // new acquisition of the key (the owner-checked release would remove that one).
     if (!wasHeld && holds.has(hold.key)) return Effect.void
-    return hold.backend.release(hold.key, hold.owner.id).pipe(
+    const release = hold.backend.release(hold.key, hold.owner.id).pipe(
       Effect.catchAll((error) =>
         Effect.zipRight(
           Metric.increment(metrics.releaseFailures),
@@ -108,6 +109,16 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
         )
       )
     )
+    // The release is issued now, in a fiber started immediately, and its reply is awaited there:
+    // the caller goes on without waiting a round trip. Its result could not change the caller's
+    // anyway (a failure is only logged and counted). A backend sends its commands in order on one
+    // connection, so whatever this process does next with the backend (a new acquisition of the
+    // key, an inspection) reaches the server after the release.
+    // Until the reply is in, this process does not acquire the key again (see releases.ts).
+    return Effect.map(Effect.runtime<never>(), (runtime) => {
+      const done = releases.track(hold.backend, hold.key)
+      Runtime.runFork(runtime)(Effect.ensuring(release, Effect.sync(done)), { immediate: true })
+    })
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>

@@ -17,6 +17,8 @@ export interface Instrumented {
   failAllRenewals: boolean
   /** When true, releases fail. */
   failReleases: boolean
+  /** Releases take this long to answer (as a slow network would), in Clock milliseconds. */
+  releaseDelayMillis: number
   readonly layer: Layer.Layer<LockBackend>
 }
 
@@ -30,6 +32,7 @@ export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBa
     failRenewals: new Set(),
     failAllRenewals: false,
     failReleases: false,
+    releaseDelayMillis: 0,
     layer: undefined as never
   }
   const wrapped: LockBackendShape = {
@@ -45,7 +48,8 @@ export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBa
     release: (key, owner) =>
       Effect.suspend(() => {
         self.calls.release++
-        return self.failReleases ? Effect.fail(fault("release", key)) : inner.release(key, owner)
+        const release = self.failReleases ? Effect.fail(fault("release", key)) : inner.release(key, owner)
+        return self.releaseDelayMillis > 0 ? Effect.delay(release, self.releaseDelayMillis) : release
       }),
     forceRelease: inner.forceRelease,
     inspect: inner.inspect,
