@@ -43,13 +43,17 @@ export interface RedisBackendOptions {
    */
   readonly redis?: RedisOptions | undefined
   /**
-   * An existing ioredis client to run commands on. It is not closed by the backend. Configure it
-   * with `enableOfflineQueue: false` if an acquire must never be replayed after a reconnect.
+   * An existing ioredis client to run commands on. It is not closed by the backend. The backend
+   * sends a command only while the client is connected (waiting for it within `commandTimeout`),
+   * so the client's offline queue never holds one of the backend's commands.
    */
   readonly client?: Redis | undefined
   /** Prepended to every lock name, e.g. `"myapp:"`. Default: none. */
   readonly prefix?: string | undefined
-  /** How long any single command may take before it fails (finite, at least 1 ms). Default: 2 seconds. */
+  /**
+   * The budget of every call, from the moment it is made: waiting for a reconnect (when the
+   * connection is down) and the round trip together. Finite, at least 1 ms. Default: 2 seconds.
+   */
   readonly commandTimeout?: Duration.DurationInput | undefined
 }
 
@@ -263,17 +267,105 @@ export const make = (
       catch: (cause) => fail("load-scripts", undefined, cause)
     })
 
-    // An external client may have no command timeout of its own; then the backend applies one.
-    const bounded: <A>(effect: Effect.Effect<A, LockBackendError>, operation: string, key: string) => Effect.Effect<
-      A,
-      LockBackendError
-    > = typeof command.options.commandTimeout === "number"
-      ? (effect) => effect
-      : (effect, operation, key) =>
-        Effect.timeoutFail(effect, {
-          duration: commandTimeout,
-          onTimeout: () => fail(operation, key, new Error("Command timed out"))
+    // --- the command budget -------------------------------------------------------------------------
+    //
+    // Every call gets `commandTimeout` from the moment it is made, in total. While the command
+    // connection is (re)connecting, the call waits for it inside that budget instead of failing at
+    // once, so a blip shorter than the budget (a restart, a dropped connection) costs a delay, not a
+    // `LockBackendError`. It is then sent exactly once: never queued for later, never resent.
+
+    const connectionWaiters = new Set<(connected: boolean) => void>()
+    const settleWaiters = (connected: boolean) => () => {
+      for (const waiter of Array.from(connectionWaiters)) waiter(connected)
+    }
+    const onCommandReady = settleWaiters(true)
+    // "end": ioredis gave up reconnecting (its retryStrategy) or the connection was closed.
+    const onCommandEnd = settleWaiters(false)
+    yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        command.on("ready", onCommandReady)
+        command.on("end", onCommandEnd)
+      }),
+      () =>
+        Effect.sync(() => {
+          command.off("ready", onCommandReady)
+          command.off("end", onCommandEnd)
+          onCommandEnd()
         })
+    )
+
+    // Connected, and nothing queued for the connection: calls queued while it was away (a
+    // compensating release first of all) go out before any new one.
+    const clear = () => command.status === "ready" && connectionWaiters.size === 0
+
+    const unreachable = (operation: string, key: string, why: string) => {
+      const last = lastError.command
+      return fail(
+        operation,
+        key,
+        new Error(`Redis is not reachable: ${why}${last === undefined ? "" : ` (last connection error: ${last.message})`}`)
+      )
+    }
+
+    const connected = (operation: string, key: string): Effect.Effect<void, LockBackendError> =>
+      Effect.async<void, LockBackendError>((resume) => {
+        if (clear()) {
+          resume(Effect.void)
+          return
+        }
+        if (command.status === "end") {
+          resume(Effect.fail(unreachable(operation, key, "the connection is closed")))
+          return
+        }
+        const waiter = (ok: boolean) => {
+          connectionWaiters.delete(waiter)
+          resume(ok ? Effect.void : Effect.fail(unreachable(operation, key, "the connection is closed")))
+        }
+        connectionWaiters.add(waiter)
+        return Effect.sync(() => {
+          connectionWaiters.delete(waiter)
+        })
+      })
+
+    // An external client may have no command timeout of its own; then the backend applies one.
+    const ownTimeout = typeof command.options.commandTimeout === "number"
+
+    // The budget must be able to stop a call even where the caller is uninterruptible (the policy
+    // runs acquire attempts uninterruptibly), hence `interruptible`: an interrupted wait for the
+    // connection has sent nothing, and an interrupted acquire in flight is compensated.
+    const withinBudget = <A>(
+      effect: Effect.Effect<A, LockBackendError>,
+      onTimeout: () => LockBackendError
+    ): Effect.Effect<A, LockBackendError> =>
+      Effect.timeoutFail(Effect.interruptible(effect), { duration: commandTimeout, onTimeout })
+
+    const budgeted = <A>(
+      effect: Effect.Effect<A, LockBackendError>,
+      operation: string,
+      key: string
+    ): Effect.Effect<A, LockBackendError> =>
+      Effect.suspend(() => {
+        // The hot path: connected, and ioredis times the command out itself.
+        if (clear()) {
+          return ownTimeout
+            ? effect
+            : withinBudget(effect, () => fail(operation, key, new Error("Command timed out")))
+        }
+        let sent = false
+        return withinBudget(
+          Effect.zipRight(
+            connected(operation, key),
+            Effect.suspend(() => {
+              sent = true
+              return effect
+            })
+          ),
+          () =>
+            sent
+              ? fail(operation, key, new Error("Command timed out"))
+              : unreachable(operation, key, `no connection within the command timeout (${commandTimeout} ms)`)
+        )
+      })
 
     // --- scripts ----------------------------------------------------------------------------------
 
@@ -288,7 +380,7 @@ export const make = (
       args: ReadonlyArray<string>,
       decode: (reply: unknown) => A | undefined
     ): Effect.Effect<A, LockBackendError> =>
-      bounded(
+      budgeted(
         Effect.async<A, LockBackendError>((resume) => {
           runScript(command, script, keys, args, (reply) => {
             const value = decode(reply)
@@ -306,25 +398,37 @@ export const make = (
 
     // The acquire script may have run although its reply never reached the caller (a command
     // timeout, a dropped connection, an interrupted caller). Its hold is then released here, owner
-    // checked, on the same connection and so after the acquire itself. The release decrements, so
-    // it can only ever cancel that one acquire.
+    // checked, and ordered right after the acquire: at once on the same connection, or, when that
+    // connection dropped, as the very first command once it is back (written from the "ready"
+    // handler, before any waiting call resumes). The acquire is never resent, so it ran before the
+    // drop or not at all, and no other command of this backend gets in between. The release
+    // decrements, so it can only ever cancel that one acquire, never a hold the owner takes later.
     const compensate = (request: LockRequest, why: string) => {
       const annotate = Effect.annotateLogs({ backend, key: request.key, owner: request.owner, why })
-      const [keys, args] = releaseArgs(request.key, request.owner)
-      runScript(command, scripts.release, keys, args, (reply) => {
-        if (reply !== -1) {
-          runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
-        }
-      }, (error) => {
+      const noReply = (error: unknown) =>
         runFork(annotate(Effect.logWarning(
           "A compensating release for an acquire whose reply was lost got no reply either; " +
             "if the acquire took the lock, the lock ends with its lease"
         ).pipe(Effect.annotateLogs("error", error instanceof Error ? error.message : String(error)))))
-      })
+      const send = () => {
+        const [keys, args] = releaseArgs(request.key, request.owner)
+        runScript(command, scripts.release, keys, args, (reply) => {
+          if (reply !== -1) {
+            runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+          }
+        }, noReply)
+      }
+      if (clear()) return send()
+      const waiter = (connected: boolean) => {
+        connectionWaiters.delete(waiter)
+        if (connected) send()
+        else noReply(new Error("the connection is closed"))
+      }
+      connectionWaiters.add(waiter)
     }
 
     const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult, LockBackendError> =>
-      bounded(
+      budgeted(
         Effect.async<AcquireResult, LockBackendError>((resume) => {
           const keys = layout.keysOf(request.key)
           let abandoned = false

@@ -5,6 +5,7 @@
  */
 import { assert } from "@effect/vitest"
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process"
+import { connect, createServer, type Server, type Socket } from "node:net"
 import { fileURLToPath } from "node:url"
 import { Effect } from "effect"
 import type { Scope } from "effect"
@@ -110,6 +111,7 @@ export type WorkerCommand =
   | { readonly op: "step" }
   | { readonly op: "write"; readonly value: string }
   | { readonly op: "release" }
+  | { readonly op: "inspect"; readonly key: string }
 
 export interface Worker {
   readonly pid: number
@@ -217,3 +219,55 @@ export const startWorker = (url: string, name: string): Effect.Effect<Worker, ne
         return worker.exited
       })
   )
+
+// --- a TCP proxy to cut connections at chosen moments ----------------------------------------------
+
+export interface TcpProxy {
+  readonly url: string
+  /** While true, the server's replies are swallowed: commands run, their answers never arrive. */
+  dropReplies: boolean
+  /** Cut every connection through the proxy (clients see their connection drop). */
+  readonly cut: () => void
+}
+
+/** A loopback TCP proxy in front of `port`, closed with the scope. */
+export const tcpProxy = (port: number): Effect.Effect<TcpProxy, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly proxy: TcpProxy; readonly server: Server; readonly sockets: Set<Socket> }>((resume) => {
+      const sockets = new Set<Socket>()
+      const server = createServer((client) => {
+        const upstream = connect(port, "127.0.0.1")
+        for (const socket of [client, upstream]) {
+          sockets.add(socket)
+          socket.on("error", () => {})
+          socket.on("close", () => {
+            sockets.delete(socket)
+            client.destroy()
+            upstream.destroy()
+          })
+        }
+        client.on("data", (chunk) => upstream.write(chunk))
+        upstream.on("data", (chunk) => {
+          if (!proxy.dropReplies) client.write(chunk)
+        })
+      })
+      const proxy: TcpProxy = {
+        url: "",
+        dropReplies: false,
+        cut: () => {
+          for (const socket of sockets) socket.destroy()
+        }
+      }
+      server.listen(0, "127.0.0.1", () => {
+        const address = server.address()
+        const listening = typeof address === "object" && address !== null ? address.port : 0
+        Object.assign(proxy, { url: `redis://127.0.0.1:${listening}` })
+        resume(Effect.succeed({ proxy, server, sockets }))
+      })
+    }),
+    ({ server, sockets }) =>
+      Effect.async<void>((resume) => {
+        for (const socket of sockets) socket.destroy()
+        server.close(() => resume(Effect.void))
+      })
+  ).pipe(Effect.map(({ proxy }) => proxy))

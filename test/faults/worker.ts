@@ -16,7 +16,10 @@
  * - `{"op":"write","value":v}`: a raw `Fencing.redisSet` of key `data` with the lease's token,
  *   deliberately *outside* the guard: what a holder that does not know it lost the lock would do.
  *   Replies `written` or `rejected` (with the highest token the resource has accepted).
- * - `{"op":"release"}`: close the scope. Replies `released`.
+ * - `{"op":"release"}`: close the scope. Replies `released` (the release itself may still be on
+ *   its way to the server).
+ * - `{"op":"inspect","key":k}`: `Lock.inspect` through this process's backend connection, so after
+ *   anything this process sent before. Replies `inspected` with the holders' owner ids.
  *
  * Commands run one at a time, in order, so a command written while the process is stopped
  * (SIGSTOP) is the first thing it does when it continues.
@@ -38,6 +41,7 @@ type Command =
   | { readonly op: "step" }
   | { readonly op: "write"; readonly value: string }
   | { readonly op: "release" }
+  | { readonly op: "inspect"; readonly key: string }
 
 // The fault suite promises no unhandled rejection or uncaught exception anywhere, workers included:
 // report one as an event (the test fails on it) and exit.
@@ -104,7 +108,7 @@ const program = Effect.gen(function*() {
         }
         const lease = exit.value
         held = { lease, scope }
-        yield* emit({ ev: "acquired", token: String(lease.fencingToken) })
+        yield* emit({ ev: "acquired", token: String(lease.fencingToken), owner: lease.owner })
         yield* Effect.forkDaemon(
           Effect.catchAll(lease.lost, (error) => emit({ ev: "lost", reason: error.reason }))
         )
@@ -132,6 +136,15 @@ const program = Effect.gen(function*() {
         yield* Exit.isSuccess(exit)
           ? emit({ ev: "written", token: String(held.lease.fencingToken) })
           : emit({ ev: "rejected", token: String(held.lease.fencingToken), ...describeFailure(exit.cause) })
+        break
+      }
+      case "inspect": {
+        // Through this process's backend connection, so it reaches the server after every command
+        // this process issued before (a release included).
+        const info = yield* Effect.exit(Lock.inspect(command.key))
+        yield* Exit.isSuccess(info)
+          ? emit({ ev: "inspected", holders: Option.getOrUndefined(info.value)?.holders.map((h) => h.owner) ?? [] })
+          : emit({ ev: "error", op: "inspect", ...describeFailure(info.cause) })
         break
       }
       case "release": {
