@@ -121,6 +121,30 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
   )
 
   it.scopedLive(
+    "an external client without a command timeout of its own, server paused: withLock still fails after the backend's budget",
+    () =>
+      faultScenario(Effect.gen(function*() {
+        const key = "invoices"
+        const server = yield* redisServer()
+        const redis = yield* adminClient(server.url)
+        // ioredis defaults: no commandTimeout, offline queue on.
+        const client = yield* adminClient(server.url)
+        const backend = yield* RedisBackend.make({ client, commandTimeout: COMMAND_TIMEOUT })
+
+        server.pause()
+        // withLock runs its attempts uninterruptibly: the budget must stop the call all the same.
+        const [error, elapsed] = yield* failedAcquire(backend, key).pipe(
+          Effect.ensuring(Effect.sync(() => server.resume()))
+        )
+        measured("external client, SIGSTOP: acquire failed after", elapsed)
+        assert.strictEqual(error.operation, "acquire")
+        assert.isAtLeast(elapsed, COMMAND_TIMEOUT - 5)
+        assert.isAtMost(elapsed, COMMAND_TIMEOUT + SLACK_MILLIS)
+        yield* onlyTheCounterRemains(redis, key)
+      }))
+  )
+
+  it.scopedLive(
     "redis-server stopped: LockBackendError after the command timeout, and nothing is replayed once Redis is back",
     () =>
       faultScenario(Effect.gen(function*() {
