@@ -112,6 +112,8 @@ export type WorkerCommand =
   | { readonly op: "write"; readonly value: string }
   | { readonly op: "release" }
   | { readonly op: "inspect"; readonly key: string }
+  | { readonly op: "loop"; readonly every: number }
+  | { readonly op: "report" }
 
 export interface Worker {
   readonly pid: number

@@ -16,6 +16,11 @@
  * - `{"op":"write","value":v}`: a raw `Fencing.redisSet` of key `data` with the lease's token,
  *   deliberately *outside* the guard: what a holder that does not know it lost the lock would do.
  *   Replies `written` or `rejected` (with the highest token the resource has accepted).
+ * - `{"op":"loop","every":ms}`: start the holder's work in the background, a loop of steps each run
+ *   through `lease.guard`, `every` ms apart. For each step it records when the step was *entered*
+ *   (just before `lease.guard` was called) and when its body ran; the first refused step ends the
+ *   loop and is reported as `loop-refused` (with when it was entered).
+ * - `{"op":"report"}`: replies `report` with the loop's steps (`[entered, ran]` hrtime pairs).
  * - `{"op":"release"}`: close the scope. Replies `released` (the release itself may still be on
  *   its way to the server).
  * - `{"op":"inspect","key":k}`: `Lock.inspect` through this process's backend connection, so after
@@ -42,6 +47,8 @@ type Command =
   | { readonly op: "write"; readonly value: string }
   | { readonly op: "release" }
   | { readonly op: "inspect"; readonly key: string }
+  | { readonly op: "loop"; readonly every: number }
+  | { readonly op: "report" }
 
 // The fault suite promises no unhandled rejection or uncaught exception anywhere, workers included:
 // report one as an event (the test fails on it) and exit.
@@ -89,6 +96,7 @@ const program = Effect.gen(function*() {
 
   let held: { readonly lease: Lease; readonly scope: Scope.CloseableScope } | undefined
   let steps = 0
+  const loopSteps: Array<readonly [string, string]> = []
   yield* emit({ ev: "ready", pid: process.pid })
 
   while (true) {
@@ -136,6 +144,31 @@ const program = Effect.gen(function*() {
         yield* Exit.isSuccess(exit)
           ? emit({ ev: "written", token: String(held.lease.fencingToken) })
           : emit({ ev: "rejected", token: String(held.lease.fencingToken), ...describeFailure(exit.cause) })
+        break
+      }
+      case "loop": {
+        const lease = held?.lease
+        if (lease === undefined) {
+          yield* emit({ ev: "error", op: "loop", message: "not holding a lease" })
+          break
+        }
+        yield* Effect.forkDaemon(Effect.gen(function*() {
+          while (true) {
+            const entered = String(process.hrtime.bigint())
+            const exit = yield* Effect.exit(lease.guard(Effect.sync(() => {
+              loopSteps.push([entered, String(process.hrtime.bigint())])
+            })))
+            if (Exit.isFailure(exit)) {
+              return yield* emit({ ev: "loop-refused", entered, ...describeFailure(exit.cause) })
+            }
+            yield* Effect.sleep(command.every)
+          }
+        }))
+        yield* emit({ ev: "looping" })
+        break
+      }
+      case "report": {
+        yield* emit({ ev: "report", steps: loopSteps })
         break
       }
       case "inspect": {
