@@ -2,9 +2,11 @@
  * Spans and metrics, and a paused process learning of its loss before its next guarded step.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Metric, Option, Tracer } from "effect"
+import type { Duration } from "effect"
+import { Effect, Fiber, HashMap, Logger, Metric, Option, TestClock, Tracer } from "effect"
 import { Lock, MemoryBackend, withLock } from "../src/index.js"
 import * as metrics from "../src/internal/metrics.js"
+import { makeInstrumented } from "./support/instrumented.js"
 
 /** A tracer that records the names of the spans it is asked to start. */
 const recordingTracer = (names: Array<string>) => {
@@ -36,6 +38,32 @@ describe("observability", () => {
       assert.strictEqual((yield* Metric.value(metrics.acquisitions)).count, before + 1)
       assert.strictEqual((yield* Metric.value(metrics.reentries)).count, reentriesBefore + 1)
     }).pipe(Effect.provide(MemoryBackend.layer)))
+})
+
+describe("watchdog logs", () => {
+  const lost: Array<readonly [unknown, unknown]> = []
+  const capture = Logger.make(({ annotations, message }) => {
+    const text = Array.isArray(message) ? String(message[0]) : String(message)
+    if (text.startsWith("Lost lock")) {
+      lost.push([HashMap.unsafeGet(annotations, "key"), Option.getOrUndefined(HashMap.get(annotations, "request"))])
+    }
+  })
+
+  it.effect("carry their own lock's annotations, not those of the fiber that first used the watchdog", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      t.failAllRenewals = true
+      const locked = (key: string, lease: Duration.DurationInput) =>
+        withLock(key, Effect.never, { lease }).pipe(Effect.provide(t.layer), Effect.flip)
+      const first = yield* Effect.fork(locked("first", "1 second").pipe(Effect.annotateLogs("request", "r-1")))
+      yield* Effect.repeatN(Effect.yieldNow(), 20)
+      const second = yield* Effect.fork(locked("second", "3 seconds"))
+      yield* Effect.repeatN(Effect.yieldNow(), 20)
+      yield* TestClock.adjust("5 seconds")
+      yield* Fiber.join(first)
+      yield* Fiber.join(second)
+      assert.deepStrictEqual(lost, [["first", undefined], ["second", undefined]])
+    }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, capture))))
 })
 
 describe("a paused process", () => {

@@ -9,7 +9,7 @@
  * A due renewal runs in a fiber of its own, so a slow backend call for one lock never delays
  * another's. The timer fiber sleeps through `Clock`, so `TestClock` drives it.
  */
-import { Clock, Deferred, Effect, Exit, Fiber, FiberId, Metric } from "effect"
+import { Clock, Deferred, Effect, Exit, Fiber, FiberId, FiberRef, HashMap, List, Metric } from "effect"
 import { globalValue } from "effect/GlobalValue"
 import type { LockRequest } from "../LockBackend.js"
 import type { Hold } from "./hold.js"
@@ -139,7 +139,14 @@ const tickerFor = (clock: Clock.Clock): Effect.Effect<Ticker> =>
     if (existing !== undefined) return Effect.succeed(existing)
     const ticker: Ticker = { heap: new TimerHeap(), target: -Infinity, wake: undefined }
     tickers.set(clock, ticker)
-    return Effect.as(Effect.forkDaemon(Effect.interruptible(tick(ticker))), ticker)
+    // The timer fiber outlives whichever fiber happened to start it: it must not carry that
+    // fiber's log annotations and spans into every later renewal's logs.
+    const detached = tick(ticker).pipe(
+      Effect.interruptible,
+      Effect.locally(FiberRef.currentLogAnnotations, HashMap.empty()),
+      Effect.locally(FiberRef.currentLogSpan, List.empty())
+    )
+    return Effect.as(Effect.forkDaemon(detached), ticker)
   })
 
 /**
