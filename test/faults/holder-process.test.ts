@@ -82,7 +82,8 @@ describe.skipIf(skipRedis(true))("faults: the holder's process", () => {
         // (the watchdog's timer may not have fired yet).
         const loopRefused = yield* holder.take("loop-refused")
         assert.strictEqual(loopRefused.tag, "LockLostError", String(loopRefused.message))
-        assert.strictEqual(loopRefused.reason, "expired", "paused past the local deadline without a renewal")
+        // "expired"; "renewal-failed" if a renewal happened to be in flight when it stopped.
+        assert.include(["expired", "renewal-failed"], loopRefused.reason, "lost: paused past the local deadline")
         yield* holder.send({ op: "report" })
         const steps = (yield* holder.take("report")).steps as ReadonlyArray<readonly [string, string]>
         assert.isAtLeast(steps.filter(([entered]) => fromHr(entered) < stoppedAt).length, 1, "the loop ran while held")
@@ -102,7 +103,7 @@ describe.skipIf(skipRedis(true))("faults: the holder's process", () => {
         assert.strictEqual(yield* cmd(redis, "GET", "data"), "from the second holder")
         assert.strictEqual(yield* cmd(redis, "GET", "fence:{data}"), String(second))
 
-        assert.strictEqual((yield* holder.take("lost")).reason, "expired")
+        assert.strictEqual((yield* holder.take("lost")).reason, loopRefused.reason, "lease.lost reports the same loss")
         // The lost holder's clean-up is owner-checked: the contender still holds the lock.
         yield* holder.send({ op: "release" })
         yield* holder.take("released")
