@@ -24,6 +24,8 @@ export interface Machine {
   readonly os: string
   readonly node: string
   readonly redis: string
+  /** 1-minute load average when the run started and when it ended. */
+  readonly loadAverage: readonly [number, number]
 }
 
 export interface LibraryInfo {

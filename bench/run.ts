@@ -11,7 +11,7 @@
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console.
  */
-import { cpus, totalmem } from "node:os"
+import { cpus, loadavg, totalmem } from "node:os"
 import { readFileSync, writeFileSync } from "node:fs"
 import { Effect } from "effect"
 import type { LockLibrary } from "./peers.js"
@@ -59,7 +59,7 @@ const runs = (scenario: ScenarioName) => scenarioFilter === undefined || scenari
 const fullRun = libraryFilter === undefined && scenarioFilter === undefined && scale === 1
 const write = fullRun || process.env["BENCH_WRITE"] === "1"
 
-const machine = (redis: string): Machine => {
+const machine = (redis: string, loadAtStart: number): Machine => {
   const cpuInfo = readFileSync("/proc/cpuinfo", "utf8")
   const model = /^model name\s*:\s*(.+)$/m.exec(cpuInfo)?.[1]?.trim() ?? cpus()[0]?.model ?? "unknown"
   let os = `${process.platform} ${process.arch}`
@@ -75,7 +75,8 @@ const machine = (redis: string): Machine => {
     memoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
     os,
     node: process.version,
-    redis
+    redis,
+    loadAverage: [loadAtStart, loadavg()[0]!]
   }
 }
 
@@ -83,6 +84,8 @@ const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
 
 const main = async () => {
   const started = now()
+  const loadAtStart = loadavg()[0]!
+  if (loadAtStart > 0.5) log(`load average is ${loadAtStart.toFixed(2)}: other work on this machine will show in the numbers`)
   installCommandCounter()
   const server = await startServer()
   const admin = await openAdmin(server.url)
@@ -141,7 +144,7 @@ const main = async () => {
       command: "npm run bench",
       seconds: (now() - started) / 1000,
       scale,
-      machine: machine(server.version),
+      machine: machine(server.version, loadAtStart),
       libraries: selected.map(({ name, reentrant, usage, version, waiting }) => ({
         name,
         version,

@@ -25,6 +25,8 @@ export interface HandoffResult {
   /** min / max acquisitions per worker: 1 is perfectly even. */
   readonly fairness: number
   readonly overlaps: number
+  /** Share of acquisitions that went to the worker that had just released (it asked again and won). */
+  readonly regrabs: number
   readonly failures: ReadonlyArray<string>
   readonly seconds: number
 }
@@ -42,6 +44,8 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
       let measuring = false
       let inside = 0
       let overlaps = 0
+      let lastHolder = -1
+      let regrabs = 0
       const counts = new Array<number>(WORKERS).fill(0)
       const waits: Array<number> = []
       const failures: Array<string> = []
@@ -59,7 +63,9 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
                 if (measuring) {
                   counts[i]!++
                   waits.push(entered - asked)
+                  if (lastHolder === i) regrabs++
                 }
+                lastHolder = i
                 yield* Effect.sleep(HOLD_MS)
                 inside--
               })
@@ -91,6 +97,7 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
         maxPerWorker: max,
         fairness: max === 0 ? 0 : min / max,
         overlaps,
+        regrabs: total === 0 ? 0 : regrabs / total,
         failures: Array.from(new Set(failures)),
         seconds
       } satisfies HandoffResult
