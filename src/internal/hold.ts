@@ -105,7 +105,9 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
       Effect.catchAll((error) =>
         Effect.zipRight(
           Metric.increment(metrics.releaseFailures),
-          Effect.logWarning(`Releasing lock "${hold.key}" failed; its lease will expire on its own`, error)
+          Effect.logWarning(
+            `Releasing lock "${hold.key}" failed (${error.message}); its lease will expire on its own`
+          ).pipe(Effect.annotateLogs({ key: hold.key, owner: hold.owner.id }))
         )
       )
     )
@@ -148,6 +150,10 @@ const lostNow = awaitLoss
  * Before starting, the local deadline is checked: a process that was paused past its lease learns
  * it here, before the effect takes a step, even if the watchdog has not run yet.
  */
+const checkDeadline = (hold: Hold): Effect.Effect<void, LockLostError> =>
+  Effect.flatMap(nowMillis, (now) =>
+    hold.state === "held" && now >= hold.deadline ? Effect.zipRight(markLost(hold, "expired"), lostNow(hold)) : Effect.void)
+
 export const runGuarded = <A, E, R>(
   hold: Hold,
   effect: Effect.Effect<A, E, R>,
@@ -159,7 +165,10 @@ export const runGuarded = <A, E, R>(
       return Effect.zipRight(markLost(hold, "expired"), lostNow(hold))
     }
     if (hold.state === "lost") return lostNow(hold)
-    const child = owner === undefined ? restore(effect) : Effect.zipRight(FiberRef.set(currentOwner, owner), restore(effect))
+    // The deadline is checked again in the child: a pause can fall between the check above and
+    // the child's first step.
+    const started = Effect.zipRight(checkDeadline(hold), restore(effect))
+    const child = owner === undefined ? started : Effect.zipRight(FiberRef.set(currentOwner, owner), started)
     return Effect.flatMap(Effect.fork(child), (fiber) => {
       hold.guarded.add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
       if (hold.state === "lost") fiber.unsafeInterruptAsFork(FiberId.none)

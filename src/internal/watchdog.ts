@@ -89,7 +89,13 @@ const renew = (watch: Watch): Effect.Effect<void> =>
       return schedule(watch, Math.min(now + retryMillis(hold), hold.deadline))
     }
     // The call outlived the deadline: the lease can no longer be trusted.
-    if (result.right._tag === "None") return yield* lose(watch, "renewal-failed", watch.lastError)
+    if (result.right._tag === "None") {
+      return yield* lose(
+        watch,
+        "renewal-failed",
+        watch.lastError ?? new Error("the renewal got no reply before the local deadline")
+      )
+    }
     // Another owner, or no lock at all although this call started before our deadline (so the
     // server-side lease cannot have run out): somebody took or deleted it (force-unlock, flush,
     // failover). For the program both mean the lock was taken from it.
