@@ -13,18 +13,23 @@
  */
 import { cpus, loadavg, totalmem } from "node:os"
 import { readFileSync, writeFileSync } from "node:fs"
-import { Effect } from "effect"
+import { Cause, Effect } from "effect"
+import type { Exit } from "effect"
 import type { LockLibrary } from "./peers.js"
 import { backgroundErrors, libraries } from "./peers.js"
 import { renderMarkdown, renderTargets } from "./report.js"
 import type { BenchResults, Machine, Outcome } from "./results.js"
+import { isFailed } from "./results.js"
 import type { BenchContext } from "./scenarios/common.js"
 import { describeFailure } from "./scenarios/common.js"
-import { distinct } from "./scenarios/distinct.js"
+import type { DistinctRound } from "./scenarios/distinct.js"
+import { combineDistinct, DISTINCT_ROUNDS, distinctRound } from "./scenarios/distinct.js"
 import { handoff } from "./scenarios/handoff.js"
-import { raw } from "./scenarios/raw.js"
+import type { FloorClient, FloorResult, RawResult, RedisBenchmarkResult } from "./scenarios/raw.js"
+import { floorDistinctRound, floorSerialRound, loadAcquire, median, redisBenchmark } from "./scenarios/raw.js"
 import { reentrant } from "./scenarios/reentrant.js"
-import { serial } from "./scenarios/serial.js"
+import type { SerialRound } from "./scenarios/serial.js"
+import { combineSerial, SERIAL_ROUNDS, serialRound } from "./scenarios/serial.js"
 import { waiters } from "./scenarios/waiters.js"
 import { renderChart } from "./svg.js"
 import { installCommandCounter } from "./support/commands.js"
@@ -92,6 +97,13 @@ const main = async () => {
   log(`redis ${server.version} at ${server.own ? "its own server" : "REDIS_URL"} ${server.host}:${server.port}`)
   const ctx: BenchContext = { url: server.url, host: server.host, port: server.port, admin, scale, log }
 
+  const fixed = (n: number, digits = 0) => n.toFixed(digits)
+  const failure = (exit: Exit.Exit<unknown, unknown>) =>
+    exit._tag === "Failure" ? (exit.cause._tag === "Fail" ? describeFailure(exit.cause.error) : Cause.pretty(exit.cause)) : ""
+  const report = (scenario: string, name: string, text: string, started: number) =>
+    log(`${scenario.padEnd(9)} ${name.padEnd(24)} ${text}  (${((now() - started) / 1000).toFixed(1)} s)`)
+
+  /** One scenario for every selected library, one after the other. */
   const each = async <A>(
     scenario: ScenarioName,
     run: (ctx: BenchContext, library: LockLibrary) => Effect.Effect<A, unknown>,
@@ -104,36 +116,129 @@ const main = async () => {
       const exit = await Effect.runPromiseExit(run(ctx, library))
       if (exit._tag === "Success") {
         outcomes.push(exit.value)
-        log(`${scenario.padEnd(9)} ${library.name.padEnd(24)} ${describe(exit.value)}  (${((now() - t) / 1000).toFixed(1)} s)`)
+        report(scenario, library.name, describe(exit.value), t)
       } else {
-        const error = exit.cause._tag === "Fail" ? describeFailure(exit.cause.error) : String(exit.cause)
-        outcomes.push({ library: library.name, error })
-        log(`${scenario.padEnd(9)} ${library.name.padEnd(24)} FAILED: ${error}`)
+        outcomes.push({ library: library.name, error: failure(exit) })
+        report(scenario, library.name, `FAILED: ${failure(exit)}`, t)
       }
     }
     return outcomes
   }
 
-  try {
-    let rawOutcome: BenchResults["raw"]
-    if (runs("raw")) {
-      const exit = await Effect.runPromiseExit(raw(ctx))
-      rawOutcome = exit._tag === "Success" ? exit.value : { library: "raw", error: String(exit.cause) }
-      log(`raw       ${JSON.stringify(rawOutcome)}`)
+  /**
+   * A scenario in rounds: every round runs each library (and the references) once, in turn, so a
+   * change in the machine's load touches every series alike. A library that fails a round is out.
+   */
+  const inRounds = async <R>(
+    scenario: ScenarioName,
+    rounds: number,
+    run: (ctx: BenchContext, library: LockLibrary) => Effect.Effect<R, unknown>,
+    references: (round: number) => Promise<void>
+  ): Promise<Map<string, Outcome<Array<R>>>> => {
+    const collected = new Map<string, Outcome<Array<R>>>(selected.map((library) => [library.name, []]))
+    if (!runs(scenario)) return new Map()
+    for (let round = 0; round < rounds; round++) {
+      await references(round)
+      for (const library of selected) {
+        const sofar = collected.get(library.name)!
+        if (isFailed(sofar)) continue
+        const exit = await Effect.runPromiseExit(run(ctx, library))
+        if (exit._tag === "Success") sofar.push(exit.value)
+        else collected.set(library.name, { library: library.name, error: failure(exit) })
+      }
     }
-    const fixed = (n: number, digits = 0) => n.toFixed(digits)
-    const serialResults = await each("serial", serial, (r) =>
-      `${fixed(r.opsPerSecond)} ops/s, p50 ${fixed(r.latency.p50, 1)} µs, p99 ${fixed(r.latency.p99, 1)} µs`)
-    const distinctResults = await each("distinct", distinct, (r) =>
-      `${fixed(r.opsPerSecond)} ops/s (${r.failures} failures)`)
+    return collected
+  }
+
+  const combine = <R, A>(
+    scenario: ScenarioName,
+    collected: Map<string, Outcome<Array<R>>>,
+    make: (library: string, rounds: Array<R>) => A,
+    describe: (a: A) => string,
+    started: number
+  ): ReadonlyArray<Outcome<A>> =>
+    Array.from(collected, ([library, outcome]) => {
+      const result = isFailed(outcome) ? outcome : make(library, outcome)
+      report(scenario, library, isFailed(result) ? `FAILED: ${result.error}` : describe(result), started)
+      return result
+    })
+
+  try {
+    const withRaw = runs("raw")
+    const sha = withRaw ? await Effect.runPromise(loadAcquire(ctx)) : ""
+    const floorClients: ReadonlyArray<FloorClient> = ["default", "autoPipelining"]
+    const singles: Array<RedisBenchmarkResult> = []
+    const floorSerial = new Map<FloorClient, Array<SerialRound>>(floorClients.map((c) => [c, []]))
+    const floorDistinct = new Map<FloorClient, Array<DistinctRound>>(floorClients.map((c) => [c, []]))
+
+    let t = now()
+    const serialRounds = await inRounds("serial", SERIAL_ROUNDS, serialRound, async () => {
+      if (!withRaw) return
+      await ctx.admin.flushAll()
+      singles.push(await Effect.runPromise(redisBenchmark(ctx, sha, 1, Math.round(10_000 * Math.min(1, scale * 2)))))
+      for (const client of floorClients) floorSerial.get(client)!.push(await Effect.runPromise(floorSerialRound(ctx, client)))
+    })
+    const serialResults = combine("serial", serialRounds, combineSerial, (r) =>
+      `${fixed(r.opsPerSecond)} ops/s, p50 ${fixed(r.latency.p50, 1)} µs, p99 ${fixed(r.latency.p99, 1)} µs`, t)
+
+    t = now()
+    const distinctRounds = await inRounds("distinct", DISTINCT_ROUNDS, distinctRound, async () => {
+      if (!withRaw) return
+      await ctx.admin.flushAll()
+      for (const client of floorClients) floorDistinct.get(client)!.push(await Effect.runPromise(floorDistinctRound(ctx, client)))
+    })
+    const distinctResults = combine("distinct", distinctRounds, combineDistinct, (r) =>
+      `${fixed(r.opsPerSecond)} ops/s (${r.failures} failures)`, t)
+
+    let rawOutcome: BenchResults["raw"]
+    if (withRaw) {
+      const exit = await Effect.runPromiseExit(Effect.gen(function*() {
+        yield* Effect.promise(() => ctx.admin.flushAll())
+        if (singles.length === 0) {
+          singles.push(yield* redisBenchmark(ctx, sha, 1, Math.round(10_000 * Math.min(1, scale * 2))))
+        }
+        const fifty = yield* redisBenchmark(ctx, sha, 50, Math.round(150_000 * Math.min(1, scale * 2)))
+        const floors: Array<FloorResult> = []
+        for (const client of floorClients) {
+          const serial = floorSerial.get(client)!
+          const distinct = floorDistinct.get(client)!
+          if (serial.length === 0) serial.push(yield* floorSerialRound(ctx, client))
+          if (distinct.length === 0) distinct.push(yield* floorDistinctRound(ctx, client))
+          const s = combineSerial(client, serial)
+          floors.push({
+            client,
+            serial: { opsPerSecond: s.opsPerSecond, latency: s.latency },
+            distinctOpsPerSecond: combineDistinct(client, distinct).opsPerSecond
+          })
+        }
+        return {
+          acquireSha: sha,
+          single: singles,
+          singleP50: median(singles.map((r) => r.p50)),
+          fifty,
+          floors
+        } satisfies RawResult
+      }))
+      rawOutcome = exit._tag === "Success" ? exit.value : { library: "raw", error: failure(exit) }
+      if (isFailed(rawOutcome)) log(`raw       FAILED: ${rawOutcome.error}`)
+      else {
+        const r = rawOutcome
+        log(`raw       redis-benchmark 1 client p50 ${fixed(r.singleP50 * 1000)} µs (rounds: ${
+          r.single.map((s) => fixed(s.p50 * 1000)).join(", ")
+        }), 50 clients ${fixed(r.fifty.requestsPerSecond)}/s; ioredis pair ${
+          r.floors.map((f) => `${f.client}: p50 ${fixed(f.serial.latency.p50, 1)} µs, 64 loops ${fixed(f.distinctOpsPerSecond)}/s`).join("; ")
+        }`)
+      }
+    }
+
     const handoffResults = await each("handoff", handoff, (r) =>
       `${fixed(r.acquisitionsPerSecond)} acq/s, wait p50 ${fixed(r.wait.p50, 1)} ms p99 ${
         fixed(r.wait.p99, 1)
-      } ms, fairness ${fixed(r.fairness, 2)}, overlaps ${r.overlaps}`)
+      } ms, fairness ${fixed(r.fairness, 2)}, re-grabs ${fixed(r.regrabs * 100)} %, overlaps ${r.overlaps}`)
     const waitersResults = await each("waiters", waiters, (r) =>
       `${r.connectionsWaiting} conns, ${fixed(r.commandsPerAcquisition, 2)} cmds/acq, drain ${
         fixed(r.drainSeconds, 2)
-      } s${r.capped ? " (capped)" : ""}, rss +${fixed(r.rssDeltaBytes / 2 ** 20, 1)} MiB`)
+      } s${r.capped ? " (capped)" : ""}, heap ${fixed(r.heapDeltaBytes / 2 ** 20, 1)} MiB`)
     const reentrantResults = await each("reentrant", reentrant, (r) =>
       r.reentrant
         ? `${fixed(r.nanosPerNested ?? NaN)} ns/nested, ${r.redisCommandsDuringLoop} redis commands`

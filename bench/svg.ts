@@ -10,6 +10,8 @@ interface Bar {
   readonly label: string
   readonly value: number
   readonly kind: "subject" | "peer" | "reference"
+  /** Printed after the value. */
+  readonly note?: string | undefined
 }
 
 interface Panel {
@@ -20,7 +22,7 @@ interface Panel {
 
 const WIDTH = 760
 const LABEL_WIDTH = 190
-const VALUE_WIDTH = 90
+const VALUE_WIDTH = 230
 const BAR_HEIGHT = 18
 const BAR_GAP = 6
 const TITLE_HEIGHT = 28
@@ -44,7 +46,12 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
     result.push({
       title: "Hand-off: acquisitions/s, 16 workers on one key (higher is better)",
       unit: "/s",
-      bars: bars(results.handoff, (r) => r.acquisitionsPerSecond)
+      bars: bars(results.handoff, (r) => r.acquisitionsPerSecond).map((bar) => {
+        const r = results.handoff.find((o) => o.library === bar.label)
+        return r === undefined || "error" in r
+          ? bar
+          : { ...bar, note: `fairness ${r.fairness.toFixed(2)}, wait p99 ${r.wait.p99.toFixed(0)} ms` }
+      })
     })
   }
   if (results.serial.length > 0) {
@@ -53,9 +60,11 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
       unit: "/s",
       bars: [
         ...bars(results.serial, (r) => r.opsPerSecond),
-        ...(raw === undefined
-          ? []
-          : [{ label: "ioredis, no lock library", value: raw.ioredisSerial.opsPerSecond, kind: "reference" as const }])
+        ...(raw === undefined ? [] : raw.floors.map((f) => ({
+          label: `ioredis, no library${f.client === "autoPipelining" ? " (pipelined)" : ""}`,
+          value: f.serial.opsPerSecond,
+          kind: "reference" as const
+        })))
       ]
     })
   }
@@ -65,9 +74,11 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
       unit: "/s",
       bars: [
         ...bars(results.distinct, (r) => r.opsPerSecond),
-        ...(raw === undefined
-          ? []
-          : [{ label: "ioredis, no lock library", value: raw.ioredisDistinct.opsPerSecond, kind: "reference" as const }])
+        ...(raw === undefined ? [] : raw.floors.map((f) => ({
+          label: `ioredis, no library${f.client === "autoPipelining" ? " (pipelined)" : ""}`,
+          value: f.distinctOpsPerSecond,
+          kind: "reference" as const
+        })))
       ]
     })
   }
@@ -91,7 +102,7 @@ export const renderChart = (results: BenchResults): string => {
         }"/>`,
         `<text x="${(LABEL_WIDTH + length + 6).toFixed(1)}" y="${y + BAR_HEIGHT - 5}" class="value">${
           format(bar.value)
-        }${panel.unit}</text>`
+        }${panel.unit}${bar.note === undefined ? "" : ` · ${escape(bar.note)}`}</text>`
       )
       y += BAR_HEIGHT + BAR_GAP
     }

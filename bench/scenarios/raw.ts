@@ -10,9 +10,9 @@
  * the serial target is measured against; 50 clients give the server's throughput.
  *
  * The ioredis floor runs the acquire and release scripts as a pair (one critical section) from
- * Node on a client configured like effect-lock's (auto-pipelining on): serially, and from 64
- * concurrent loops on distinct keys. It separates what Node and ioredis cost from what a lock
- * library adds.
+ * Node, serially and from 64 concurrent loops on distinct keys, on a client with ioredis' default
+ * options and on one with auto-pipelining on (as effect-lock's command connection has it). It
+ * separates what Node and ioredis cost from what a lock library adds.
  */
 import { spawn } from "node:child_process"
 import { createHash } from "node:crypto"
@@ -20,9 +20,12 @@ import { readFileSync } from "node:fs"
 import { Effect } from "effect"
 import { Redis } from "ioredis"
 import type { Summary } from "../support/stats.js"
-import { now, summarize } from "../support/stats.js"
 import type { BenchContext } from "./common.js"
 import { window } from "./common.js"
+import type { DistinctRound } from "./distinct.js"
+import { concurrentLoops } from "./distinct.js"
+import type { SerialRound } from "./serial.js"
+import { timeLoop } from "./serial.js"
 
 export interface RedisBenchmarkResult {
   readonly clients: number
@@ -34,14 +37,24 @@ export interface RedisBenchmarkResult {
   readonly command: string
 }
 
+export type FloorClient = "default" | "autoPipelining"
+
+export interface FloorResult {
+  readonly client: FloorClient
+  /** Acquire + release pairs, one loop: microseconds. */
+  readonly serial: { readonly opsPerSecond: number; readonly latency: Summary }
+  /** Acquire + release pairs from 64 loops on distinct keys. */
+  readonly distinctOpsPerSecond: number
+}
+
 export interface RawResult {
   readonly acquireSha: string
-  readonly single: RedisBenchmarkResult
+  /** One client, one run per serial round. */
+  readonly single: ReadonlyArray<RedisBenchmarkResult>
+  /** The single-client p50 across rounds (median), in milliseconds. */
+  readonly singleP50: number
   readonly fifty: RedisBenchmarkResult
-  /** ioredis acquire + release pair, one loop: microseconds. */
-  readonly ioredisSerial: { readonly opsPerSecond: number; readonly latency: Summary }
-  /** ioredis acquire + release pairs from 64 loops on distinct keys. */
-  readonly ioredisDistinct: { readonly opsPerSecond: number }
+  readonly floors: ReadonlyArray<FloorResult>
 }
 
 const script = (name: string) => {
@@ -49,7 +62,15 @@ const script = (name: string) => {
   return { source, sha: createHash("sha1").update(source).digest("hex") }
 }
 
-const redisBenchmark = (ctx: BenchContext, sha: string, clients: number, requests: number) =>
+/** `SCRIPT LOAD` the acquire script through the admin connection; its SHA1. */
+export const loadAcquire = (ctx: BenchContext) =>
+  Effect.promise(async () => {
+    const acquire = script("acquire")
+    await ctx.admin.redis.script("LOAD", acquire.source)
+    return acquire.sha
+  })
+
+export const redisBenchmark = (ctx: BenchContext, sha: string, clients: number, requests: number) =>
   Effect.async<RedisBenchmarkResult, Error>((resume) => {
     const args = ["-h", ctx.host, "-p", String(ctx.port), "-n", String(requests), "-c", String(clients)]
     const url = new URL(ctx.url)
@@ -64,8 +85,9 @@ const redisBenchmark = (ctx: BenchContext, sha: string, clients: number, request
     child.stderr.on("data", (chunk) => (err += chunk))
     child.on("error", (error) => resume(Effect.fail(error)))
     child.on("close", (code) => {
-      const header = out.split("\n").findIndex((line) => line.startsWith("\"test\""))
-      const row = out.split("\n")[header + 1]
+      const lines = out.split("\n")
+      const header = lines.findIndex((line) => line.startsWith("\"test\""))
+      const row = lines[header + 1]
       if (code !== 0 || header < 0 || row === undefined) {
         return resume(Effect.fail(new Error(`redis-benchmark exited with ${code}: ${err || out}`)))
       }
@@ -84,74 +106,39 @@ const redisBenchmark = (ctx: BenchContext, sha: string, clients: number, request
     return Effect.sync(() => child.kill())
   })
 
-const ioredisFloor = (ctx: BenchContext) =>
-  Effect.acquireUseRelease(
+/** A bare ioredis client with effect-lock's two scripts loaded, closed with the scope. */
+const floorClient = (ctx: BenchContext, client: FloorClient) =>
+  Effect.acquireRelease(
     Effect.promise(async () => {
-      const redis = new Redis(ctx.url, { enableAutoPipelining: true, lazyConnect: true, connectionName: "bench-floor" })
+      const redis = new Redis(ctx.url, {
+        lazyConnect: true,
+        connectionName: "bench-floor",
+        enableAutoPipelining: client === "autoPipelining"
+      })
       await redis.connect()
-      return redis
-    }),
-    (redis) =>
-      Effect.promise(async () => {
-        const acquire = script("acquire")
-        const release = script("release")
-        await redis.script("LOAD", acquire.source)
-        await redis.script("LOAD", release.source)
-        const pair = async (key: string) => {
+      const acquire = script("acquire")
+      const release = script("release")
+      await redis.script("LOAD", acquire.source)
+      await redis.script("LOAD", release.source)
+      const pair = (key: string) =>
+        Effect.promise(async () => {
           await redis.evalsha(acquire.sha, 2, key, `redisson_lock_token:{${key}}`, "30000", "floor-owner", "1")
           await redis.evalsha(release.sha, 2, key, `redisson_lock__channel:{${key}}`, "floor-owner", "0")
-        }
-        // Serial.
-        let end = now() + window(ctx, 500)
-        while (now() < end) await pair("bench:floor")
-        const samples: Array<number> = []
-        const start = now()
-        end = start + window(ctx, 2_000)
-        let t = start
-        while (t < end) {
-          await pair("bench:floor")
-          const after = now()
-          samples.push((after - t) * 1000)
-          t = after
-        }
-        const serial = { opsPerSecond: samples.length / ((t - start) / 1000), latency: summarize(samples) }
-        // 64 loops on distinct keys.
-        let ops = 0
-        let stop = false
-        let measuring = false
-        const loops = Array.from({ length: 64 }, async (_, i) => {
-          while (!stop) {
-            await pair(`bench:floor:${i}`)
-            if (measuring) ops++
-          }
         })
-        await new Promise((resolve) => setTimeout(resolve, window(ctx, 500)))
-        measuring = true
-        const distinctStart = now()
-        await new Promise((resolve) => setTimeout(resolve, window(ctx, 2_500)))
-        measuring = false
-        const distinctSeconds = (now() - distinctStart) / 1000
-        stop = true
-        await Promise.all(loops)
-        return { serial, distinct: { opsPerSecond: ops / distinctSeconds } }
-      }),
-    (redis) => Effect.sync(() => redis.disconnect())
+      return { redis, pair }
+    }),
+    ({ redis }) => Effect.sync(() => redis.disconnect())
   )
 
-export const raw = (ctx: BenchContext) =>
-  Effect.gen(function*() {
-    yield* Effect.promise(() => ctx.admin.flushAll())
-    const acquire = script("acquire")
-    yield* Effect.promise(() => ctx.admin.redis.script("LOAD", acquire.source))
-    const single = yield* redisBenchmark(ctx, acquire.sha, 1, Math.round(30_000 * Math.min(1, ctx.scale * 2)))
-    const fifty = yield* redisBenchmark(ctx, acquire.sha, 50, Math.round(150_000 * Math.min(1, ctx.scale * 2)))
-    yield* Effect.promise(() => ctx.admin.flushAll())
-    const floor = yield* ioredisFloor(ctx)
-    return {
-      acquireSha: acquire.sha,
-      single,
-      fifty,
-      ioredisSerial: floor.serial,
-      ioredisDistinct: floor.distinct
-    } satisfies RawResult
-  })
+export const floorSerialRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<SerialRound> =>
+  Effect.scoped(
+    Effect.flatMap(floorClient(ctx, client), ({ pair }) => timeLoop(pair("bench:floor"), window(ctx, 300), window(ctx, 800)))
+  )
+
+export const floorDistinctRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<DistinctRound> =>
+  Effect.scoped(Effect.flatMap(floorClient(ctx, client), ({ pair }) => concurrentLoops(ctx, 64, (i) => pair(`bench:floor:${i}`))))
+
+export const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted.length === 0 ? Number.NaN : sorted[Math.floor((sorted.length - 1) / 2)]!
+}

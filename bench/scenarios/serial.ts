@@ -1,6 +1,10 @@
 /**
  * a. Serial: one fiber acquires and releases an uncontended key, over and over. What one caller
  * pays per critical section when nobody else wants the lock: two round trips plus the library.
+ *
+ * The run is split into short rounds that take turns with the other libraries and the raw
+ * references (see `run.ts`), so that a change in the machine's load during the run touches every
+ * series alike and the ratios stay fair.
  */
 import { Effect } from "effect"
 import type { LockLibrary } from "../peers.js"
@@ -15,35 +19,52 @@ export interface SerialResult {
   /** Latency of one acquire + release, in microseconds. */
   readonly latency: Summary
   readonly seconds: number
+  readonly rounds: number
 }
 
-const WARMUP_MS = 500
-const MEASURE_MS = 2_000
-const MAX_OPS = 200_000
+/** One round's latencies (microseconds) and its length. */
+export interface SerialRound {
+  readonly samples: ReadonlyArray<number>
+  readonly seconds: number
+}
 
-export const serial = (ctx: BenchContext, library: LockLibrary) =>
+export const SERIAL_ROUNDS = 3
+const WARMUP_MS = 300
+const ROUND_MS = 800
+const MAX_OPS = 100_000
+
+/** Time `once` back to back for `ms`, after `warmupMs` of the same. */
+export const timeLoop = <E>(
+  once: Effect.Effect<unknown, E>,
+  warmupMs: number,
+  ms: number
+): Effect.Effect<SerialRound, E> =>
+  Effect.gen(function*() {
+    const warmupEnd = now() + warmupMs
+    while (now() < warmupEnd) yield* once
+    const samples: Array<number> = []
+    const start = now()
+    const end = start + ms
+    let t = start
+    while (t < end && samples.length < MAX_OPS) {
+      yield* once
+      const after = now()
+      samples.push((after - t) * 1000)
+      t = after
+    }
+    return { samples, seconds: (t - start) / 1000 }
+  })
+
+export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
   withClient(ctx, library, (client) =>
-    Effect.gen(function*() {
-      const key = `bench:serial:${library.name}`
-      const once = client.withLock(key, Effect.void)
-      const warmupEnd = now() + window(ctx, WARMUP_MS)
-      while (now() < warmupEnd) yield* once
+    timeLoop(
+      client.withLock(`bench:serial:${library.name}`, Effect.void),
+      window(ctx, WARMUP_MS),
+      window(ctx, ROUND_MS)
+    ))
 
-      const samples: Array<number> = []
-      const start = now()
-      const end = start + window(ctx, MEASURE_MS)
-      let t = start
-      while (t < end && samples.length < MAX_OPS) {
-        yield* once
-        const after = now()
-        samples.push((after - t) * 1000)
-        t = after
-      }
-      const seconds = (t - start) / 1000
-      return {
-        library: library.name,
-        opsPerSecond: samples.length / seconds,
-        latency: summarize(samples),
-        seconds
-      } satisfies SerialResult
-    }))
+export const combineSerial = (library: string, rounds: ReadonlyArray<SerialRound>): SerialResult => {
+  const samples = rounds.flatMap((round) => round.samples)
+  const seconds = rounds.reduce((total, round) => total + round.seconds, 0)
+  return { library, opsPerSecond: samples.length / seconds, latency: summarize(samples), seconds, rounds: rounds.length }
+}
