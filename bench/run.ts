@@ -9,10 +9,12 @@
  * - `BENCH_SCENARIOS`: comma-separated subset of `raw,serial,distinct,handoff,waiters,reentrant`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
- * `BENCH_WRITE=1`; partial runs print their results and the target table to the console.
+ * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
+ * keeps its raw results in `.bench-tmp/results.json`; `BENCH_REPORT_ONLY=1` re-renders the docs
+ * from that file without measuring anything (for work on the report itself).
  */
 import { cpus, loadavg, totalmem } from "node:os"
-import { readFileSync, writeFileSync } from "node:fs"
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { Cause, Effect } from "effect"
 import type { Exit } from "effect"
 import type { LockLibrary } from "./peers.js"
@@ -86,6 +88,14 @@ const machine = (redis: string, loadAtStart: number): Machine => {
 }
 
 const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
+
+const resultsFile = new URL("../.bench-tmp/results.json", import.meta.url)
+
+const writeDocs = (results: BenchResults) => {
+  writeFileSync(new URL("../docs/benchmarks.md", import.meta.url), renderMarkdown(results))
+  writeFileSync(new URL("../docs/benchmarks.svg", import.meta.url), renderChart(results))
+  log("wrote docs/benchmarks.md and docs/benchmarks.svg")
+}
 
 const main = async () => {
   const started = now()
@@ -267,10 +277,10 @@ const main = async () => {
       unhandledRejections: [...unhandledRejections]
     }
     process.stdout.write(`\n${renderTargets(results)}\n`)
+    mkdirSync(new URL("../.bench-tmp/", import.meta.url), { recursive: true })
+    writeFileSync(resultsFile, JSON.stringify(results, null, 2))
     if (write) {
-      writeFileSync(new URL("../docs/benchmarks.md", import.meta.url), renderMarkdown(results))
-      writeFileSync(new URL("../docs/benchmarks.svg", import.meta.url), renderChart(results))
-      log("wrote docs/benchmarks.md and docs/benchmarks.svg")
+      writeDocs(results)
     } else {
       log("partial run: docs not written (BENCH_WRITE=1 to write them anyway)")
     }
@@ -285,7 +295,13 @@ const main = async () => {
   }
 }
 
-main().then(
+const reportOnly = () => {
+  const results = JSON.parse(readFileSync(resultsFile, "utf8")) as BenchResults
+  process.stdout.write(`${renderTargets(results)}\n`)
+  writeDocs(results)
+}
+
+;(process.env["BENCH_REPORT_ONLY"] === "1" ? Promise.resolve().then(reportOnly) : main()).then(
   // Peers leave timers behind (redis-semaphore's refresh interval is unref'd, but not every
   // library is as careful): exit rather than wait for them.
   () => process.exit(),
