@@ -399,7 +399,7 @@ export const renderMarkdown = (results: BenchResults): string => {
 
 effect-lock next to the locks people would otherwise pick for Node and Redis, and next to the raw
 limit of Redis itself, all in one run on one machine: **${results.date.slice(0, 10)}**, \`${results.command}\`,
-${dec(results.seconds, 0)} s in total.
+${dec(results.seconds, 0)} s in total, effect-lock at \`${results.revision}\`.
 
 ![Hand-off acquisitions/s, serial and distinct-key operations/s per library](benchmarks.svg)
 

@@ -39,6 +39,8 @@ export interface LibraryInfo {
 export interface BenchResults {
   readonly date: string
   readonly command: string
+  /** The effect-lock commit measured, with "+ local changes" when src/ or lua/ differ from it. */
+  readonly revision: string
   readonly seconds: number
   readonly scale: number
   readonly machine: Machine

@@ -13,6 +13,7 @@
  * keeps its raw results in `.bench-tmp/results.json`; `BENCH_REPORT_ONLY=1` re-renders the docs
  * from that file without measuring anything (for work on the report itself).
  */
+import { spawnSync } from "node:child_process"
 import { cpus, loadavg, totalmem } from "node:os"
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { Cause, Effect } from "effect"
@@ -85,6 +86,17 @@ const machine = (redis: string, loadAtStart: number): Machine => {
     redis,
     loadAverage: [loadAtStart, loadavg()[0]!]
   }
+}
+
+/** `BENCH_REVISION`, or the git commit of this checkout (noting uncommitted changes to the library). */
+const revision = (): string => {
+  const given = process.env["BENCH_REVISION"]
+  if (given !== undefined && given !== "") return given
+  const git = (...args: Array<string>) => spawnSync("git", args, { encoding: "utf8", cwd: new URL("..", import.meta.url) })
+  const head = git("rev-parse", "--short", "HEAD")
+  if (head.status !== 0) return "unknown"
+  const dirty = git("status", "--porcelain", "--", "src", "lua").stdout.trim() !== ""
+  return `${head.stdout.trim()}${dirty ? " + local changes" : ""}`
 }
 
 const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
@@ -257,6 +269,7 @@ const main = async () => {
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
+      revision: revision(),
       seconds: (now() - started) / 1000,
       scale,
       machine: machine(server.version, loadAtStart),
