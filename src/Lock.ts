@@ -28,7 +28,6 @@ import { makeHold, releaseOne, runGuarded } from "./internal/hold.js"
 import type { Lease } from "./internal/lease.js"
 import { makeLease } from "./internal/lease.js"
 import * as metrics from "./internal/metrics.js"
-import * as releases from "./internal/releases.js"
 import type { BusyInfo, LockOptions, ResolvedOptions } from "./internal/options.js"
 import { resolveOptions, validateKey } from "./internal/options.js"
 import type { Owner, Pending } from "./internal/owner.js"
@@ -115,10 +114,6 @@ const enter = <E>(
         : Effect.zipRight(restore(awaitSettled(entry)), enter(owner, key, options, attempt, restore))
     }
     return Effect.flatMap(LockBackend, (backend) => {
-      const released = releases.settled(backend, key)
-      if (released !== undefined) {
-        return Effect.zipRight(restore(released), enter(owner, key, options, attempt, restore))
-      }
       const pending = makePending()
       owner.holds.set(key, pending)
       const request: LockRequest = { key, owner: owner.id, leaseMillis: options.leaseMillis, fencing: options.fencing }
@@ -158,7 +153,7 @@ const runLocked = <A, E, R, E2>(
       Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
         if (hold === undefined) return Effect.succeed(undefined)
         return Effect.flatMap(
-          Effect.exit(runGuarded(hold, runProgram(program, makeLease(hold)), restore, install)),
+          Effect.exit(runGuarded(hold, runProgram(program, hold), restore, install)),
           (exit) => Effect.zipRight(releaseOne(hold), exit)
         )
       })
@@ -191,8 +186,9 @@ const validate = (key: string, options: LockOptions | undefined) =>
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
-const runProgram = <A, E, R>(program: Program<A, E, R>, lease: Lease): Effect.Effect<A, E, R> =>
-  typeof program === "function" ? Effect.suspend(() => program(lease)) : program
+/** The lease is only made for a program that asks for it. */
+const runProgram = <A, E, R>(program: Program<A, E, R>, hold: Hold): Effect.Effect<A, E, R> =>
+  typeof program === "function" ? Effect.suspend(() => program(makeLease(hold))) : program
 
 const withLockImpl = <A, E, R>(
   key: string,
@@ -264,7 +260,14 @@ export const withLockIfAvailable: {
 } = function(this: unknown, ...args: ReadonlyArray<unknown>): any {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
     Effect.flatMap(validate(args[0] as string, options), ([key, resolved]) =>
-      runLocked(key, resolved, once, (lease) => Effect.map(runProgram(program, lease), Option.some)).pipe(
+      runLocked(
+        key,
+        resolved,
+        once,
+        typeof program === "function"
+          ? (lease: Lease) => Effect.map(program(lease), Option.some)
+          : Effect.map(program, Option.some)
+      ).pipe(
         Effect.map((result) => result ?? Option.none())
       ))
   if (isProgram(args[1])) {

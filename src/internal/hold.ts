@@ -3,12 +3,11 @@
  * release. It is watched by the watchdog, carries the loss signal, and knows which fibers run
  * guarded by it so that a loss interrupts them.
  */
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric, Runtime } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
 import * as metrics from "./metrics.js"
-import * as releases from "./releases.js"
 import type { ResolvedOptions } from "./options.js"
 import type { Owner } from "./owner.js"
 import { currentOwner } from "./owner.js"
@@ -25,7 +24,7 @@ export interface Hold {
   /** Completed with the loss; made only when somebody awaits `Lease.lost`. */
   lostSignal: Deferred.Deferred<never, LockLostError> | undefined
   /** Fibers running a program guarded by this hold: interrupted on loss. */
-  readonly guarded: Set<Fiber.RuntimeFiber<unknown, unknown>>
+  guarded: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
   /** Set by the watchdog while it watches this hold. */
   watchdog: { readonly stop: () => void } | undefined
   lossError: LockLostError | undefined
@@ -51,7 +50,7 @@ export const makeHold = (
   options,
   acquiredAt: startedAt,
   lostSignal: undefined,
-  guarded: new Set(),
+  guarded: undefined,
   watchdog: undefined,
   lossError: undefined,
   count: 1,
@@ -77,7 +76,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
       })
       hold.lossError = error
       if (hold.lostSignal !== undefined) Deferred.unsafeDone(hold.lostSignal, Exit.fail(error))
-      for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
+      if (hold.guarded !== undefined) for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.zipRight(
         Metric.increment(metrics.lost),
         Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
@@ -111,16 +110,7 @@ export const releaseOne = (hold: Hold): Effect.Effect<void> =>
         )
       )
     )
-    // The release is issued now, in a fiber started immediately, and its reply is awaited there:
-    // the caller goes on without waiting a round trip. Its result could not change the caller's
-    // anyway (a failure is only logged and counted). A backend sends its commands in order on one
-    // connection, so whatever this process does next with the backend (a new acquisition of the
-    // key, an inspection) reaches the server after the release.
-    // Until the reply is in, this process does not acquire the key again (see releases.ts).
-    return Effect.map(Effect.runtime<never>(), (runtime) => {
-      const done = releases.track(hold.backend, hold.key)
-      Runtime.runFork(runtime)(Effect.ensuring(release, Effect.sync(done)), { immediate: true })
-    })
+    return release
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
@@ -170,17 +160,17 @@ export const runGuarded = <A, E, R>(
     const started = Effect.zipRight(checkDeadline(hold), restore(effect))
     const child = owner === undefined ? started : Effect.zipRight(FiberRef.set(currentOwner, owner), started)
     return Effect.flatMap(Effect.fork(child), (fiber) => {
-      hold.guarded.add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+      ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
       if (hold.state === "lost") fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.flatMap(Effect.exit(restore(Fiber.await(fiber))), (awaited): Effect.Effect<A, E | LockLostError> => {
         if (Exit.isFailure(awaited)) {
           // The caller was interrupted: stop the program first, then pass the interruption on.
           return Effect.zipRight(
-            Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded.delete(fiber as never))),
+            Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded?.delete(fiber as never))),
             Effect.failCause(awaited.cause)
           )
         }
-        hold.guarded.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+        hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
         const exit = awaited.value
         if (Exit.isFailure(exit) && hold.lossError !== undefined && Cause.isInterruptedOnly(exit.cause)) {
           return Effect.fail(hold.lossError)
