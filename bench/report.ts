@@ -190,6 +190,64 @@ export const renderTargets = (results: BenchResults): string =>
     "--- | --- | ---: | :---:"
   )
 
+// --- README headline ------------------------------------------------------------------------------
+
+/** The few numbers the README quotes, between its `bench:headline` markers. */
+export const renderHeadline = (results: BenchResults): string => {
+  const lines: Array<string> = []
+  const handoff = subject(results.handoff)
+  const fastestPeer = best(peers(results.handoff), (p) => p.acquisitionsPerSecond)
+  if (handoff !== undefined && fastestPeer !== undefined) {
+    lines.push(
+      `**Hand-off** (16 workers on one key): ${int(handoff.acquisitionsPerSecond)} acquisitions/s, wait p99 ` +
+        `${dec(handoff.wait.p99, 0)} ms, fairness ${dec(handoff.fairness, 2)}; the fastest peer, ${fastestPeer.library}, ` +
+        `${int(fastestPeer.acquisitionsPerSecond)}/s with wait p99 ${dec(fastestPeer.wait.p99, 0)} ms and fairness ` +
+        `${dec(fastestPeer.fairness, 2)} (${dec(fastestPeer.regrabs * 100, 0)} % of its acquisitions went back to the worker that had just released).`
+    )
+  }
+  const waiters = subject(results.waiters)
+  if (waiters !== undefined) {
+    const others = peers(results.waiters)
+      .map((p) => `${p.library} ${dec(p.commandsPerAcquisition, 1)}${p.connectionsWaiting > 2 ? ` (and ${int(p.connectionsWaiting)} connections)` : ""}`)
+      .join(", ")
+    lines.push(
+      `**1,000 waiters**: ${waiters.connectionsWaiting} Redis connections and ${dec(waiters.commandsPerAcquisition, 1)} ` +
+        `commands per acquisition, release included; ${others}.`
+    )
+  }
+  const serial = subject(results.serial)
+  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
+  if (serial !== undefined && raw !== undefined) {
+    const floor = best(raw.floors, (f) => f.serial.latency.p50, true)
+    lines.push(
+      `**Uncontended** acquire + release: p50 ${dec(serial.latency.p50, 0)} µs, ` +
+        `${ratio(serial.latency.p50 / (2 * raw.singleP50 * 1000))} two raw \`EVALSHA\` round trips` +
+        (floor === undefined ? "." : ` (a bare ioredis pair: ${dec(floor.serial.latency.p50, 0)} µs).`)
+    )
+  }
+  const distinct = subject(results.distinct)
+  const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
+  if (distinct !== undefined && distinctPeer !== undefined) {
+    lines.push(
+      `**64 fibers on distinct keys**: ${int(distinct.opsPerSecond)} ops/s, ` +
+        `${ratio(distinct.opsPerSecond / distinctPeer.opsPerSecond)} ${distinctPeer.library}'s ${int(distinctPeer.opsPerSecond)}.`
+    )
+  }
+  const reentrant = subject(results.reentrant)
+  if (reentrant?.nanosPerNested !== undefined) {
+    lines.push(
+      `**Reentrant** nested \`withLock\`: ${dec(reentrant.nanosPerNested / 1000, 1)} µs, ` +
+        `${reentrant.redisCommandsDuringLoop === 0 ? "no" : int(reentrant.redisCommandsDuringLoop ?? NaN)} Redis commands.`
+    )
+  }
+  const rows = targets(results)
+  lines.push(
+    `Targets met: ${rows.filter((r) => r.met === true).length} of ${rows.length} ` +
+      `(${results.date.slice(0, 10)}, effect-lock \`${results.revision}\`).`
+  )
+  return lines.map((line) => `- ${line}`).join("\n")
+}
+
 // --- scenarios --------------------------------------------------------------------------------------
 
 const rawSection = (results: BenchResults) => {

@@ -20,7 +20,7 @@ import { Cause, Effect } from "effect"
 import type { Exit } from "effect"
 import type { LockLibrary } from "./peers.js"
 import { backgroundErrors, libraries } from "./peers.js"
-import { renderMarkdown, renderTargets } from "./report.js"
+import { renderHeadline, renderMarkdown, renderTargets } from "./report.js"
 import type { BenchResults, Machine, Outcome } from "./results.js"
 import { isFailed } from "./results.js"
 import type { BenchContext } from "./scenarios/common.js"
@@ -103,14 +103,34 @@ const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
 
 const resultsFile = new URL("../.bench-tmp/results.json", import.meta.url)
 
+const headlineStart = "<!-- bench:headline:start -->"
+const headlineEnd = "<!-- bench:headline:end -->"
+
+/** The page, the chart, and the README's headline (between its markers, when it has them). */
 const writeDocs = (results: BenchResults) => {
   writeFileSync(new URL("../docs/benchmarks.md", import.meta.url), renderMarkdown(results))
   writeFileSync(new URL("../docs/benchmarks.svg", import.meta.url), renderChart(results))
   log("wrote docs/benchmarks.md and docs/benchmarks.svg")
+  const readme = new URL("../README.md", import.meta.url)
+  let text: string
+  try {
+    text = readFileSync(readme, "utf8")
+  } catch {
+    return
+  }
+  const start = text.indexOf(headlineStart)
+  const end = text.indexOf(headlineEnd)
+  if (start < 0 || end < start) return
+  const updated = `${text.slice(0, start + headlineStart.length)}\n${renderHeadline(results)}\n${text.slice(end)}`
+  if (updated !== text) {
+    writeFileSync(readme, updated)
+    log("updated the README's benchmark headline")
+  }
 }
 
 const main = async () => {
   const started = now()
+  const measured = revision()
   const loadAtStart = loadavg()[0]!
   if (loadAtStart > 0.5) log(`load average is ${loadAtStart.toFixed(2)}: other work on this machine will show in the numbers`)
   installCommandCounter()
@@ -269,7 +289,7 @@ const main = async () => {
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
-      revision: revision(),
+      revision: measured,
       seconds: (now() - started) / 1000,
       scale,
       machine: machine(server.version, loadAtStart),
