@@ -75,14 +75,27 @@ export interface LockInfo {
 }
 
 /**
- * A registration in a key's local wait queue. `await` completes when the key may be free; local
- * waiters on one key are served first in, first out, and one notification wakes one waiter.
+ * A registration in a key's local wait queue. Local waiters on one key are served first in, first
+ * out: one notification wakes one waiter, and only the head of the queue needs to watch the clock.
  *
  * @since 0.1.0
  * @category models
  */
 export interface ReleaseSignal {
-  readonly await: Effect.Effect<void>
+  /**
+   * Completes with `"released"` when a release notification reaches this waiter (the key may be
+   * free: try it), or with `"promoted"` when the waiter became the head of the queue (from now on
+   * it is the one that retries on its schedule and watches the holder's lease).
+   */
+  readonly await: Effect.Effect<"released" | "promoted">
+  /** Whether this waiter is the head of its key's local queue. */
+  readonly isHead: () => boolean
+  /**
+   * Whether this registration opened the key's queue (and its subscription). A release between
+   * the caller's last attempt and the subscription cannot have woken anybody, so the opener tries
+   * again at once; a later registrant has somebody ahead of it who was woken instead.
+   */
+  readonly opened: boolean
 }
 
 /**
@@ -111,6 +124,11 @@ export interface LockBackendShape {
    * a release.
    */
   readonly subscribe: (key: string) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
+  /**
+   * How many fibers of this process wait on `key`. A newcomer queues behind them without trying
+   * the lock first: it would not barge ahead of them, and it saves the server a doomed attempt.
+   */
+  readonly localWaiters: (key: string) => number
 }
 
 /**

@@ -123,6 +123,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
     forceRelease,
     inspect,
     subscribe: queue.register,
+    localWaiters: queue.waitersOn,
     lockCount: Effect.map(nowMillis, (now) => {
       let count = 0
       for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++

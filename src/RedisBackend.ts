@@ -546,7 +546,8 @@ export const make = (
       release,
       forceRelease,
       inspect,
-      subscribe: queue.register
+      subscribe: queue.register,
+      localWaiters: queue.waitersOn
     })
   })
 

@@ -70,6 +70,63 @@ describe("acquire and wait (§2.1)", () => {
       assert.deepStrictEqual(order, [0, 1, 2, 3])
     }))
 
+  it.effect("a newcomer queues behind local waiters without trying the lock", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 3_600_000)
+      const first = yield* Effect.fork(withLock("k", Effect.void).pipe(Effect.provide(t.layer)))
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire, 2, "the first waiter's attempt and its retry after subscribing")
+      const second = yield* Effect.fork(withLock("k", Effect.void).pipe(Effect.provide(t.layer)))
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire, 2, "the second waiter made no attempt")
+      assert.strictEqual(t.calls.subscribe, 2)
+      yield* Fiber.interrupt(first)
+      yield* Fiber.interrupt(second)
+    }))
+
+  it.effect("only the head of the local queue retries on its schedule", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 3_600_000)
+      const waiter = () => Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer)))
+      const head = yield* waiter()
+      yield* settle
+      const others = [yield* waiter(), yield* waiter()]
+      yield* settle
+      const before = t.calls.tryAcquire
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire - before, 10, "ten attempts in a second: the head's, nobody else's")
+      // The head leaves: the next waiter takes over the clock.
+      yield* Fiber.interrupt(head)
+      yield* settle
+      const after = t.calls.tryAcquire
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire - after, 10, "the new head retries on its own schedule")
+      yield* Effect.forEach(others, Fiber.interrupt)
+    }))
+
+  it.effect("with notifications lost, every waiter still gets in, one after the other", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      t.dropNotifications = true
+      const entered: Array<number> = []
+      const fibers = yield* Effect.forEach([0, 1, 2, 3], (i) =>
+        Effect.fork(
+          withLock("k", Effect.zipRight(Effect.sync(() => entered.push(i)), Effect.sleep(50)), {
+            retry: Schedule.spaced("200 millis")
+          }).pipe(Effect.provide(t.layer))
+        ).pipe(Effect.zipLeft(settle)))
+      for (let i = 0; i < 20; i++) {
+        yield* TestClock.adjust(100)
+        yield* settle
+      }
+      yield* Effect.forEach(fibers, Fiber.join)
+      assert.deepStrictEqual(entered, [0, 1, 2, 3])
+    }))
+
   it.effect("a waiter wakes when the holder's lease ends, not later", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented

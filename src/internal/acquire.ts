@@ -44,57 +44,89 @@ export const acquireWaiting = (
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore
-): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
-  Effect.flatMap(attempt(backend, request), (first) => {
-    if (first._tag === "Acquired") return Effect.succeed(first)
-    return waitFor(backend, request, options, restore, first.ttlMillis).pipe(
+): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> => {
+  const slowPath = (firstTtl: number | undefined, attempted: boolean) =>
+    waitFor(backend, request, options, restore, firstTtl, attempted).pipe(
       Metric.trackDuration(metrics.waitTime),
       Effect.tapErrorTag("LockTimeoutError", () => Metric.increment(metrics.timeouts))
     )
-  })
+  // Fibers of this process already wait for the key: queue up behind them, first in, first out,
+  // rather than barge in with an attempt that would be refused anyway (or win against them).
+  if (options.waitMillis > 0 && backend.localWaiters(request.key) > 0) return slowPath(undefined, false)
+  return Effect.flatMap(attempt(backend, request), (first) =>
+    first._tag === "Acquired" ? Effect.succeed(first) : slowPath(first.ttlMillis, true))
+}
 
-/** The slow path, after a first attempt found the lock busy. */
+/**
+ * The slow path. Join the key's local queue; then attempt only when there is reason to: a release
+ * notification reached this waiter, or, for the head of the queue, its retry schedule or the
+ * holder's lease ran out. The opener of the queue also tries once right after subscribing, since a
+ * release just before the subscription woke nobody. Waiters behind the head sleep until a
+ * notification or their promotion to head reaches them, so they cost the server nothing.
+ */
 const waitFor = (
   backend: LockBackendShape,
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore,
-  firstTtl: number | undefined
+  firstTtl: number | undefined,
+  attempted: boolean
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
   Effect.scoped(Effect.gen(function*() {
-      const start = yield* nowMillis
-      const deadline = start + options.waitMillis
-      let attempts = 1
-      let ttl = firstTtl
-      const timeout = (now: number, reason: "wait-elapsed" | "retries-exhausted") =>
-        new LockTimeoutError({
-          key: request.key,
-          reason,
-          waitedMillis: Math.round(now - start),
-          attempts,
-          ...(ttl === undefined ? {} : { holderTtlMillis: ttl })
-        })
-      if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
+    const start = yield* nowMillis
+    const deadline = start + options.waitMillis
+    let attempts = attempted ? 1 : 0
+    let ttl = firstTtl
+    const timeout = (now: number, reason: "wait-elapsed" | "retries-exhausted") =>
+      new LockTimeoutError({
+        key: request.key,
+        reason,
+        waitedMillis: Math.round(now - start),
+        attempts,
+        ...(ttl === undefined ? {} : { holderTtlMillis: ttl })
+      })
+    if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
 
-      const signal = yield* restore(backend.subscribe(request.key))
-      const schedule = options.retry
-      let state: unknown = schedule.initial
-      while (true) {
-        // Right after subscribing, and after every wake-up: a release may have slipped in.
+    const signal = yield* restore(backend.subscribe(request.key))
+    const schedule = options.retry
+    let state: unknown = schedule.initial
+    let delay = 0
+    /** Advance the retry schedule: `false` when it has ended. */
+    const step = (now: number) =>
+      Effect.map(
+        schedule.step(now, { key: request.key, attempt: attempts, holderTtlMillis: ttl } satisfies BusyInfo, state),
+        ([next, , decision]) => {
+          if (ScheduleDecision.isDone(decision)) return false
+          state = next
+          delay = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
+          return true
+        }
+      )
+    let tryNow = signal.opened
+    while (true) {
+      if (tryNow) {
         const result = yield* attempt(backend, request)
         attempts++
         if (result._tag === "Acquired") return result
         ttl = result.ttlMillis
-        const now = yield* nowMillis
-        if (now >= deadline) return yield* timeout(now, "wait-elapsed")
-        const input: BusyInfo = { key: request.key, attempt: attempts, holderTtlMillis: ttl }
-        const [next, , decision] = yield* schedule.step(now, input, state)
-        if (ScheduleDecision.isDone(decision)) return yield* timeout(now, "retries-exhausted")
-        state = next
-        const scheduled = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
-        // Never sleep past the holder's lease: when it ends the lock is free without a notification.
-        const untilExpiry = ttl === undefined ? Infinity : ttl + 1
-        const sleep = wholeMillis(Math.min(scheduled, untilExpiry, deadline - now))
-        if (sleep > 0) yield* restore(Effect.timeoutOption(signal.await, sleep))
       }
-    }))
+      const now = yield* nowMillis
+      if (now >= deadline) return yield* timeout(now, "wait-elapsed")
+      // The schedule advances after every failed attempt and on promotion to head; when it ends,
+      // the waiter gives up.
+      if (tryNow && !(yield* step(now))) return yield* timeout(now, "retries-exhausted")
+      // Only the head watches the clock: the next schedule step, and never past the holder's lease
+      // (when it ends the lock is free without a notification). The others wait to be woken.
+      const untilExpiry = ttl === undefined ? Infinity : ttl + 1
+      const sleep = signal.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
+      const woken = sleep === Infinity
+        ? yield* restore(Effect.asSome(signal.await))
+        : yield* restore(Effect.timeoutOption(signal.await, wholeMillis(sleep)))
+      tryNow = woken._tag === "None" || woken.value === "released"
+      if (!tryNow) {
+        // Promoted to head: from now on watch the clock, starting from the next schedule step.
+        ttl = undefined
+        if (!(yield* step(yield* nowMillis))) return yield* timeout(yield* nowMillis, "retries-exhausted")
+      }
+    }
+  }))

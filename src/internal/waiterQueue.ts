@@ -1,18 +1,26 @@
 /**
- * Local wait queues, one per key, shared by every backend. A notification wakes the first waiter
- * that has not been woken yet (first in, first out), never the whole herd. A woken waiter that
- * leaves without using its wake-up hands it on, so a notification is never lost locally.
+ * Local wait queues, one per key, shared by every backend. Waiters on a key are served first in,
+ * first out:
+ *
+ * - a release notification wakes the first waiter that has not been woken yet, never the herd;
+ *   a woken waiter that leaves without using its wake-up hands it on, so none is lost locally;
+ * - only the head of the queue needs to watch the clock (retry schedule, the holder's lease); the
+ *   others sleep until a notification reaches them or they become the head ("promoted"), so a
+ *   thousand waiters cost the server no polling.
  *
  * `onFirst` / `onLast` let a backend hold an external subscription (a Redis channel) exactly as
  * long as the key has local waiters; registrations that arrive while `onFirst` is in flight wait
- * for it, so nobody tries the lock before notifications are flowing.
+ * for it, so nobody relies on notifications before they are flowing.
  */
 import { Deferred, Effect, Exit, FiberId, Scope } from "effect"
-import type { LockBackendError } from "../LockError.js"
 import type { ReleaseSignal } from "../LockBackend.js"
+import type { LockBackendError } from "../LockError.js"
 
 interface Waiter {
+  /** A release notification reached this waiter and was not used yet. */
   woken: boolean
+  /** The waiter became the head of its queue and was not told yet. */
+  promoted: boolean
   parked: Deferred.Deferred<void> | undefined
 }
 
@@ -32,31 +40,35 @@ export interface WaiterQueue {
   readonly notify: (key: string) => void
   /** Wake one waiter on every key (after a reconnect, when notifications may have been missed). */
   readonly notifyEveryKey: () => void
+  /** How many local waiters `key` has. */
+  readonly waitersOn: (key: string) => number
   readonly waitingKeys: () => ReadonlyArray<string>
   readonly waiterCount: () => number
 }
 
 const noHooks: WaiterQueueHooks = { onFirst: () => Effect.void, onLast: () => Effect.void }
 
+const unpark = (waiter: Waiter) => {
+  if (waiter.parked !== undefined) {
+    const parked = waiter.parked
+    waiter.parked = undefined
+    Deferred.unsafeDone(parked, Exit.void)
+  }
+}
+
+const headOf = (queue: KeyQueue): Waiter | undefined => queue.waiters.values().next().value
+
 export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue => {
   const queues = new Map<string, KeyQueue>()
   let count = 0
-
-  const wake = (waiter: Waiter) => {
-    waiter.woken = true
-    if (waiter.parked !== undefined) {
-      const parked = waiter.parked
-      waiter.parked = undefined
-      Deferred.unsafeDone(parked, Exit.void)
-    }
-  }
 
   const notify = (key: string): void => {
     const queue = queues.get(key)
     if (queue === undefined) return
     for (const waiter of queue.waiters) {
       if (!waiter.woken) {
-        wake(waiter)
+        waiter.woken = true
+        unpark(waiter)
         return
       }
     }
@@ -64,13 +76,50 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
 
   const leave = (key: string, queue: KeyQueue, waiter: Waiter) =>
     Effect.suspend(() => {
+      const wasHead = headOf(queue) === waiter
       if (!queue.waiters.delete(waiter)) return Effect.void
       count--
       if (waiter.woken) notify(key)
+      const next = headOf(queue)
+      if (wasHead && next !== undefined) {
+        next.promoted = true
+        unpark(next)
+      }
       if (queue.waiters.size > 0 || queues.get(key) !== queue) return Effect.void
       queues.delete(key)
       return hooks.onLast(key)
     })
+
+  const signalOf = (queue: KeyQueue, waiter: Waiter, opened: boolean): ReleaseSignal => ({
+    opened,
+    isHead: () => headOf(queue) === waiter,
+    await: Effect.suspend(() => {
+      const reason = (): "released" | "promoted" | undefined => {
+        if (waiter.woken) {
+          waiter.woken = false
+          waiter.promoted = false
+          return "released"
+        }
+        if (waiter.promoted) {
+          waiter.promoted = false
+          return "promoted"
+        }
+        return undefined
+      }
+      const now = reason()
+      if (now !== undefined) return Effect.succeed(now)
+      const parked = Deferred.unsafeMake<void>(FiberId.none)
+      waiter.parked = parked
+      return Deferred.await(parked).pipe(
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            if (waiter.parked === parked) waiter.parked = undefined
+          })
+        ),
+        Effect.map(() => reason() ?? "released")
+      )
+    })
+  })
 
   const register = (key: string): Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope> =>
     Effect.uninterruptibleMask((restore) =>
@@ -81,7 +130,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
           queue = { waiters: new Set(), ready: Deferred.unsafeMake<void>(FiberId.none) }
           queues.set(key, queue)
         }
-        const waiter: Waiter = { woken: false, parked: undefined }
+        const waiter: Waiter = { woken: false, promoted: false, parked: undefined }
         queue.waiters.add(waiter)
         count++
         const scope = yield* Effect.scope
@@ -94,27 +143,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
         } else {
           yield* restore(Deferred.await(queue.ready))
         }
-        const signal: ReleaseSignal = {
-          await: Effect.suspend(() => {
-            if (waiter.woken) {
-              waiter.woken = false
-              return Effect.void
-            }
-            const parked = Deferred.unsafeMake<void>(FiberId.none)
-            waiter.parked = parked
-            return Deferred.await(parked).pipe(
-              Effect.onInterrupt(() =>
-                Effect.sync(() => {
-                  if (waiter.parked === parked) waiter.parked = undefined
-                })
-              ),
-              Effect.zipRight(Effect.sync(() => {
-                waiter.woken = false
-              }))
-            )
-          })
-        }
-        return signal
+        return signalOf(queue, waiter, first)
       })
     )
 
@@ -124,6 +153,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
     notifyEveryKey: () => {
       for (const key of queues.keys()) notify(key)
     },
+    waitersOn: (key) => queues.get(key)?.waiters.size ?? 0,
     waitingKeys: () => Array.from(queues.keys()),
     waiterCount: () => count
   }

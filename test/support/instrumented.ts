@@ -19,6 +19,8 @@ export interface Instrumented {
   failReleases: boolean
   /** Releases take this long to answer (as a slow network would), in Clock milliseconds. */
   releaseDelayMillis: number
+  /** Release notifications never reach waiters (as with pub/sub down). */
+  dropNotifications: boolean
   readonly layer: Layer.Layer<LockBackend>
 }
 
@@ -33,6 +35,7 @@ export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBa
     failAllRenewals: false,
     failReleases: false,
     releaseDelayMillis: 0,
+    dropNotifications: false,
     layer: undefined as never
   }
   const wrapped: LockBackendShape = {
@@ -53,7 +56,17 @@ export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBa
       }),
     forceRelease: inner.forceRelease,
     inspect: inner.inspect,
-    subscribe: (key) => Effect.suspend(() => (self.calls.subscribe++, inner.subscribe(key)))
+    subscribe: (key) =>
+      Effect.suspend(() => {
+        self.calls.subscribe++
+        return Effect.map(inner.subscribe(key), (signal) => {
+          // Waiting again after a swallowed notification: the waiter never learns of it.
+          const awaitKept: typeof signal.await = Effect.flatMap(signal.await, (reason) =>
+            reason === "released" && self.dropNotifications ? awaitKept : Effect.succeed(reason))
+          return { ...signal, await: awaitKept }
+        })
+      }),
+    localWaiters: inner.localWaiters
   }
   return Object.assign(self, { layer: Layer.succeed(LockBackend, wrapped) })
 })
