@@ -34,6 +34,7 @@ import { Redis } from "ioredis"
 import type { Lease } from "../../src/index.js"
 import { Fencing, Lock } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
+import type { WorkerCommand } from "./support.js"
 
 const [url] = process.argv.slice(2)
 if (url === undefined) {
@@ -41,14 +42,7 @@ if (url === undefined) {
   process.exit(2)
 }
 
-type Command =
-  | { readonly op: "acquire"; readonly key: string; readonly lease: number; readonly retry?: number }
-  | { readonly op: "step" }
-  | { readonly op: "write"; readonly value: string }
-  | { readonly op: "release" }
-  | { readonly op: "inspect"; readonly key: string }
-  | { readonly op: "loop"; readonly every: number }
-  | { readonly op: "report" }
+type Command = WorkerCommand
 
 // The fault suite promises no unhandled rejection or uncaught exception anywhere, workers included:
 // report one as an event (the test fails on it) and exit.
