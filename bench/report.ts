@@ -325,12 +325,19 @@ Each library runs in ${ok(results.distinct)[0]?.rounds ?? 0} rounds of 0.9 s (af
 `
 }
 
+/** "two raw round trips: N µs" for the hand-off text, when the raw limit was measured. */
+const raw2 = (results: BenchResults) =>
+  results.raw !== undefined && !isFailed(results.raw)
+    ? `two raw \`EVALSHA\` round trips at ${dec(2 * results.raw.singleP50 * 1000, 0)} µs for comparison`
+    : "no raw measurement in this run"
+
 const handoffSection = (results: BenchResults) => {
   const rows = ok(results.handoff).map((r: HandoffResult) => [
     r.library,
     int(r.acquisitionsPerSecond),
     `${dec(r.wait.p50, 1)} ms`,
     `${dec(r.wait.p99, 1)} ms`,
+    `${int(r.gap.p50)} µs`,
     `${r.minPerWorker} / ${r.maxPerWorker}`,
     dec(r.fairness, 2),
     `${dec(r.regrabs * 100, 0)} %`,
@@ -347,6 +354,7 @@ ${
         "Acquisitions/s",
         "Wait p50",
         "Wait p99",
+        "Hand-off gap p50",
         "Min / max per worker",
         "Fairness",
         "Re-grabs",
@@ -354,14 +362,16 @@ ${
         "Errors",
         "Seconds"
       ],
-      [...rows, ...failedRows(results.handoff, 10)]
+      [...rows, ...failedRows(results.handoff, 11)]
     )
   }
 
 The hold and the work outside are \`Effect.sleep("1 millis")\`, which a timer makes about 1.1 ms. With 16
 workers the lock is wanted nearly all the time, so a perfect lock would pass it on the moment it is
 released: at most about ${int(1000 / 1.1)} acquisitions/s, and every worker waiting for the other 15 (roughly 15 ×
-the hold). *Wait* is from asking for the lock to running inside it. *Fairness* is the fewest
+the hold). *Wait* is from asking for the lock to running inside it. *Hand-off gap* is from one holder
+leaving the critical section to the next one entering it: the release, the notification or the poll
+that finds the lock free, and the acquisition (with ${raw2(results)}). *Fairness* is the fewest
 acquisitions any worker got divided by the most. *Re-grabs* is the share of acquisitions that went to
 the worker that had just released: it came back after its 1 ms outside and found the lock free
 because the others were still sleeping out their poll interval. A polling lock can post a high rate

@@ -276,7 +276,7 @@ const main = async () => {
     const handoffResults = await each("handoff", handoff, (r) =>
       `${fixed(r.acquisitionsPerSecond)} acq/s, wait p50 ${fixed(r.wait.p50, 1)} ms p99 ${
         fixed(r.wait.p99, 1)
-      } ms, fairness ${fixed(r.fairness, 2)}, re-grabs ${fixed(r.regrabs * 100)} %, overlaps ${r.overlaps}`)
+      } ms, gap p50 ${fixed(r.gap.p50)} µs, fairness ${fixed(r.fairness, 2)}, re-grabs ${fixed(r.regrabs * 100)} %, overlaps ${r.overlaps}`)
     const waitersResults = await each("waiters", waiters, (r) =>
       `${r.connectionsWaiting} conns, ${fixed(r.commandsPerAcquisition, 2)} cmds/acq, drain ${
         fixed(r.drainSeconds, 2)

@@ -20,6 +20,12 @@ export interface HandoffResult {
   readonly acquisitionsPerSecond: number
   /** From asking for the lock to holding it, in milliseconds. */
   readonly wait: Summary
+  /**
+   * From one holder leaving the critical section to the next one entering it, in microseconds:
+   * the hand-off itself (release, notification or poll, acquire), which DESIGN §7 puts at about
+   * two round trips for effect-lock.
+   */
+  readonly gap: Summary
   readonly minPerWorker: number
   readonly maxPerWorker: number
   /** min / max acquisitions per worker: 1 is perfectly even. */
@@ -46,6 +52,8 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
       let overlaps = 0
       let lastHolder = -1
       let regrabs = 0
+      let lastExit = 0
+      const gaps: Array<number> = []
       const counts = new Array<number>(WORKERS).fill(0)
       const waits: Array<number> = []
       const failures: Array<string> = []
@@ -64,10 +72,12 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
                   counts[i]!++
                   waits.push(entered - asked)
                   if (lastHolder === i) regrabs++
+                  if (lastExit > 0) gaps.push((entered - lastExit) * 1000)
                 }
                 lastHolder = i
                 yield* Effect.sleep(HOLD_MS)
                 inside--
+                lastExit = now()
               })
             ).pipe(Effect.catchAll((error) => Effect.sync(() => failures.push(describeFailure(error)))))
             yield* Effect.sleep(OUTSIDE_MS)
@@ -93,6 +103,7 @@ export const handoff = (ctx: BenchContext, library: LockLibrary) =>
         workers: WORKERS,
         acquisitionsPerSecond: total / seconds,
         wait: summarize(waits),
+        gap: summarize(gaps),
         minPerWorker: min,
         maxPerWorker: max,
         fairness: max === 0 ? 0 : min / max,
