@@ -6,10 +6,11 @@
  * `LockBackendError`; an acquire whose reply did not arrive is undone by a compensating release.
  */
 import { assert, describe, it } from "@effect/vitest"
+import type { Scope } from "effect"
 import { Effect, Fiber, FiberRef, HashSet, Logger, LogLevel, Schedule } from "effect"
 import type { Redis } from "ioredis"
 import { LockBackend, withLock } from "../../src/index.js"
-import type { LockBackendError } from "../../src/index.js"
+import type { LockBackendError, LockBackendShape } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import { redisServer, skipRedis } from "../support/redisServer.js"
 import {
@@ -69,6 +70,32 @@ const onlyTheCounterRemains = (redis: Redis, key: string) =>
     assert.deepStrictEqual(yield* keyspace(redis), [tokenKeyOf(key)])
   })
 
+/**
+ * SIGSTOP the server, try to acquire through `makeBackend`'s backend: `LockBackendError` after the
+ * command timeout (not before it, at most the slack after it); after SIGCONT only the fencing
+ * counter remains.
+ */
+const acquireWhileServerStopped = <E>(
+  label: string,
+  makeBackend: (url: string) => Effect.Effect<LockBackendShape, E, Scope.Scope>
+) =>
+  faultScenario(Effect.gen(function*() {
+    const key = "invoices"
+    const server = yield* redisServer()
+    const redis = yield* adminClient(server.url)
+    const backend = yield* makeBackend(server.url)
+
+    server.pause()
+    const [error, elapsed] = yield* failedAcquire(backend, key).pipe(
+      Effect.ensuring(Effect.sync(() => server.resume()))
+    )
+    measured(label, elapsed)
+    assert.strictEqual(error.operation, "acquire")
+    assert.isAtLeast(elapsed, COMMAND_TIMEOUT - 5)
+    assert.isAtMost(elapsed, COMMAND_TIMEOUT + SLACK_MILLIS)
+    yield* onlyTheCounterRemains(redis, key)
+  }))
+
 describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acquire", () => {
   it.scopedLive(
     "CLIENT PAUSE ALL: LockBackendError after the command timeout; the acquire that runs when the pause ends is released again",
@@ -102,46 +129,17 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
   it.scopedLive(
     "redis-server paused (SIGSTOP): LockBackendError after the command timeout; after SIGCONT the keyspace holds no lock",
     () =>
-      faultScenario(Effect.gen(function*() {
-        const key = "invoices"
-        const server = yield* redisServer()
-        const redis = yield* adminClient(server.url)
-        const backend = yield* RedisBackend.make({ url: server.url, commandTimeout: COMMAND_TIMEOUT })
-
-        server.pause()
-        const [error, elapsed] = yield* failedAcquire(backend, key).pipe(
-          Effect.ensuring(Effect.sync(() => server.resume()))
-        )
-        measured("SIGSTOP: acquire failed after", elapsed)
-        assert.strictEqual(error.operation, "acquire")
-        assert.isAtLeast(elapsed, COMMAND_TIMEOUT - 5)
-        assert.isAtMost(elapsed, COMMAND_TIMEOUT + SLACK_MILLIS)
-        yield* onlyTheCounterRemains(redis, key)
-      }))
+      acquireWhileServerStopped("SIGSTOP: acquire failed after", (url) =>
+        RedisBackend.make({ url, commandTimeout: COMMAND_TIMEOUT }))
   )
 
   it.scopedLive(
     "an external client without a command timeout of its own, server paused: withLock still fails after the backend's budget",
     () =>
-      faultScenario(Effect.gen(function*() {
-        const key = "invoices"
-        const server = yield* redisServer()
-        const redis = yield* adminClient(server.url)
-        // ioredis defaults: no commandTimeout, offline queue on.
-        const client = yield* adminClient(server.url)
-        const backend = yield* RedisBackend.make({ client, commandTimeout: COMMAND_TIMEOUT })
-
-        server.pause()
-        // withLock runs its attempts uninterruptibly: the budget must stop the call all the same.
-        const [error, elapsed] = yield* failedAcquire(backend, key).pipe(
-          Effect.ensuring(Effect.sync(() => server.resume()))
-        )
-        measured("external client, SIGSTOP: acquire failed after", elapsed)
-        assert.strictEqual(error.operation, "acquire")
-        assert.isAtLeast(elapsed, COMMAND_TIMEOUT - 5)
-        assert.isAtMost(elapsed, COMMAND_TIMEOUT + SLACK_MILLIS)
-        yield* onlyTheCounterRemains(redis, key)
-      }))
+      // ioredis defaults: no commandTimeout, offline queue on. withLock runs its attempts
+      // uninterruptibly: the budget must stop the call all the same.
+      acquireWhileServerStopped("external client, SIGSTOP: acquire failed after", (url) =>
+        Effect.flatMap(adminClient(url), (client) => RedisBackend.make({ client, commandTimeout: COMMAND_TIMEOUT })))
   )
 
   it.scopedLive(
