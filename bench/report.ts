@@ -159,7 +159,7 @@ export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
       lines.push(
         `Two round trips of the C client \`redis-benchmark\` take ${dec(twoTrips, 0)} µs at the median; a bare ioredis ` +
           `acquire + release pair from this Node process takes ${dec(bestFloor.serial.latency.p50, 1)} µs ` +
-          `(${ratio(bestFloor.serial.latency.p50 / twoTrips)} of them) before any lock library adds anything.`
+          `(${ratio(bestFloor.serial.latency.p50 / twoTrips)} as long) before any lock library adds anything.`
       )
     }
     const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
