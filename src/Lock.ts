@@ -152,10 +152,15 @@ const runLocked = <A, E, R, E2>(
     return Effect.uninterruptibleMask((restore) =>
       Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
         if (hold === undefined) return Effect.succeed(undefined)
-        return Effect.flatMap(
-          Effect.exit(runGuarded(hold, runProgram(program, hold), restore, install)),
-          (exit) => Effect.zipRight(releaseOne(hold), exit)
-        )
+        return Effect.withFiberRuntime((fiber) => {
+          // A reentry from the fiber that already runs guarded by this hold needs no guard fiber
+          // of its own: a loss interrupts this very fiber, and the outer withLock reports it.
+          const reentry = hold.count > 1 && hold.guarded?.has(fiber as never) === true
+          const guarded = reentry
+            ? restore(runProgram(program, hold))
+            : runGuarded(hold, runProgram(program, hold), restore, install)
+          return Effect.flatMap(Effect.exit(guarded), (exit) => Effect.zipRight(releaseOne(hold), exit))
+        })
       })
     )
   })

@@ -402,6 +402,25 @@ describe("loss is never silent (§2.5)", () => {
       assert.strictEqual(t.calls.renew, 0)
     }))
 
+  it.effect("a loss while inside a nested withLock interrupts the whole critical section", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      t.failAllRenewals = true
+      let innerFinished = false
+      const fiber = yield* Effect.fork(
+        withLock("k", withLock("k", Effect.zipRight(Effect.never, Effect.sync(() => innerFinished = true))), {
+          lease: "1 second"
+        }).pipe(Effect.provide(t.layer), Effect.flip)
+      )
+      yield* settle
+      yield* TestClock.adjust(2_000)
+      const error = yield* Fiber.join(fiber)
+      assert.strictEqual(error._tag, "LockLostError")
+      assert.isFalse(innerFinished)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+      assert.strictEqual(metrics.watchdogs.active, 0)
+    }))
+
   it.effect("Lease.guard and Lease.lost report loss to scoped acquirers", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented

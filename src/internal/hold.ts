@@ -3,7 +3,7 @@
  * release. It is watched by the watchdog, carries the loss signal, and knows which fibers run
  * guarded by it so that a loss interrupts them.
  */
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, Metric, Runtime } from "effect"
 import type { LockBackendShape } from "../LockBackend.js"
 import type { LostReason } from "../LockError.js"
 import { LockLostError } from "../LockError.js"
@@ -159,7 +159,10 @@ export const runGuarded = <A, E, R>(
     // the child's first step.
     const started = Effect.zipRight(checkDeadline(hold), restore(effect))
     const child = owner === undefined ? started : Effect.zipRight(FiberRef.set(currentOwner, owner), started)
-    return Effect.flatMap(Effect.fork(child), (fiber) => {
+    // Started at once on this thread (no scheduler hop before the program's first step); it is
+    // not a child of the caller's fiber, so every way out below awaits or interrupts it.
+    const start = Effect.map(Effect.runtime<R>(), (runtime) => Runtime.runFork(runtime)(child, { immediate: true }))
+    return Effect.flatMap(start, (fiber) => {
       ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
       if (hold.state === "lost") fiber.unsafeInterruptAsFork(FiberId.none)
       return Effect.flatMap(Effect.exit(restore(Fiber.await(fiber))), (awaited): Effect.Effect<A, E | LockLostError> => {
