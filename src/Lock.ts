@@ -34,6 +34,7 @@ import type { Owner, Pending } from "./internal/owner.js"
 import { currentOwner, makeOwner } from "./internal/owner.js"
 import { withSpan } from "./internal/tracing.js"
 import { startWatchdog } from "./internal/watchdog.js"
+import type { Restore } from "./internal/restore.js"
 
 export type {
   /**
@@ -68,8 +69,6 @@ export type WithLockError = LockTimeoutError | LockLostError | LockBackendError 
  * @category models
  */
 export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
-
-type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
 const makePending = (): Pending => ({ _tag: "Pending", settled: undefined })
 

@@ -15,14 +15,13 @@ import { LockTimeoutError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { BusyInfo, ResolvedOptions } from "./options.js"
 import { nowMillis, wholeMillis } from "./time.js"
+import type { Restore } from "./restore.js"
 
 export interface Acquired {
   readonly fencingToken: bigint
   /** Clock time at which the successful attempt started: the lease runs from here at the latest. */
   readonly startedAt: number
 }
-
-type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
 /** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
 const attempt = (backend: LockBackendShape, request: LockRequest) =>

@@ -10,6 +10,7 @@ import { LockLostError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { ResolvedOptions } from "./options.js"
 import type { Owner } from "./owner.js"
+import type { Restore } from "./restore.js"
 import { currentOwner } from "./owner.js"
 import { nowMillis } from "./time.js"
 
@@ -119,8 +120,6 @@ export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
     (now) => hold.state === "held" ? Duration.millis(Math.max(0, hold.deadline - now)) : Duration.zero
   )
 
-type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
-
 /** Fails with the loss as soon as there is one; never succeeds. */
 export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
   Effect.suspend(() =>
@@ -129,34 +128,28 @@ export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
       : Deferred.await(hold.lostSignal ??= Deferred.unsafeMake<never, LockLostError>(FiberId.none))
   )
 
-const lostNow = awaitLoss
-
-/**
- * Run `effect` in a child fiber that a loss of the hold interrupts; the result is then a
- * `LockLostError`. Must be called inside `uninterruptibleMask`, with its `restore`. The child is
- * one fork, cheaper than racing the effect against the loss signal; fibers the effect forks are
- * its children and end with it. `owner`, when given, is installed as the child's owner.
- *
- * Before starting, the local deadline is checked: a process that was paused past its lease learns
- * it here, before the effect takes a step, even if the watchdog has not run yet.
- */
+/** Past the local deadline the hold is lost, whether or not the watchdog has run yet. */
 const checkDeadline = (hold: Hold): Effect.Effect<void, LockLostError> =>
   Effect.flatMap(nowMillis, (now) =>
-    hold.state === "held" && now >= hold.deadline ? Effect.zipRight(markLost(hold, "expired"), lostNow(hold)) : Effect.void)
+    hold.state === "held" && now >= hold.deadline ? Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold)) : Effect.void)
 
+/**
+ * Run `effect` in a fiber of its own that a loss of the hold interrupts; the result is then a
+ * `LockLostError`. Must be called inside `uninterruptibleMask`, with its `restore`. Fibers the
+ * effect forks are that fiber's children and end with it. `owner`, when given, is installed as the
+ * fiber's owner.
+ *
+ * The fiber's first step checks the local deadline: a process that was paused past its lease
+ * learns it there, before the effect takes a step, even if the watchdog has not run yet.
+ */
 export const runGuarded = <A, E, R>(
   hold: Hold,
   effect: Effect.Effect<A, E, R>,
   restore: Restore,
   owner?: Owner | undefined
 ): Effect.Effect<A, E | LockLostError, R> =>
-  Effect.flatMap(nowMillis, (now) => {
-    if (hold.state === "held" && now >= hold.deadline) {
-      return Effect.zipRight(markLost(hold, "expired"), lostNow(hold))
-    }
-    if (hold.state === "lost") return lostNow(hold)
-    // The deadline is checked again in the child: a pause can fall between the check above and
-    // the child's first step.
+  Effect.suspend(() => {
+    if (hold.state === "lost") return awaitLoss(hold)
     const started = Effect.zipRight(checkDeadline(hold), restore(effect))
     const child = owner === undefined ? started : Effect.zipRight(FiberRef.set(currentOwner, owner), started)
     // Started at once on this thread (no scheduler hop before the program's first step); it is

@@ -23,18 +23,24 @@ const LEASE = 1_500
 const channelOf = (key: string) => `redisson_lock__channel:{${key}}`
 const tokenKeyOf = (key: string) => `redisson_lock_token:{${key}}`
 
+/** A server of its own, an admin connection, and two worker processes: a holder and a contender. */
+const holderAndContender = Effect.gen(function*() {
+  const server = yield* redisServer()
+  const redis = yield* adminClient(server.url)
+  const [holder, contender] = yield* Effect.all(
+    [startWorker(server.url, "holder"), startWorker(server.url, "contender")],
+    { concurrency: "unbounded" }
+  )
+  return { server, redis, holder, contender }
+})
+
 describe.skipIf(skipRedis(true))("faults: the holder's process", () => {
   it.scopedLive(
     "paused past its lease (SIGSTOP): another process gets the lock after the lease; the resumed holder runs no guarded step and its stale write is refused",
     () =>
       faultScenario(Effect.gen(function*() {
         const key = "ledger"
-        const server = yield* redisServer()
-        const redis = yield* adminClient(server.url)
-        const [holder, contender] = yield* Effect.all(
-          [startWorker(server.url, "holder"), startWorker(server.url, "contender")],
-          { concurrency: "unbounded" }
-        )
+        const { redis, holder, contender } = yield* holderAndContender
 
         yield* holder.send({ op: "acquire", key, lease: LEASE })
         const first = BigInt((yield* holder.take("acquired")).token as string)
@@ -122,12 +128,7 @@ describe.skipIf(skipRedis(true))("faults: the holder's process", () => {
   it.scopedLive("killed (kill -9): another process gets the lock no earlier than the lease ends, no later than lease + 1 s", () =>
     faultScenario(Effect.gen(function*() {
       const key = "nightly-job"
-      const server = yield* redisServer()
-      const redis = yield* adminClient(server.url)
-      const [holder, contender] = yield* Effect.all(
-        [startWorker(server.url, "holder"), startWorker(server.url, "contender")],
-        { concurrency: "unbounded" }
-      )
+      const { redis, holder, contender } = yield* holderAndContender
 
       yield* holder.send({ op: "acquire", key, lease: LEASE })
       const first = BigInt((yield* holder.take("acquired")).token as string)
