@@ -290,7 +290,7 @@ table gives the median p50), so that the serial target compares numbers taken mi
 apart. The 50-client run shares this machine's ${results.machine.cores} cores with the server, so it is a floor for the
 server's throughput, not a ceiling. The ioredis rows run effect-lock's own acquire and release
 scripts from this Node process on a bare client, once with ioredis' defaults and once with
-auto-pipelining on (as effect-lock's command connection has it): what any Node lock doing two round
+auto-pipelining on (effect-lock's command connection has it off): what any Node lock doing two round
 trips pays before adding anything of its own.
 `
 }
