@@ -75,19 +75,44 @@ export interface LockInfo {
 }
 
 /**
+ * A lock handed straight to a waiter by the release of its previous holder in this process: the
+ * waiter holds it without an attempt of its own.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface HandedOver {
+  readonly _tag: "HandedOver"
+  readonly fencingToken: bigint
+  /** Clock time (ms) at which the hand-over call started: the lease runs from here at the latest. */
+  readonly startedAt: number
+}
+
+/**
+ * Why a waiter stopped waiting: a release notification reached it (the key may be free: try it),
+ * it became the head of the queue (from now on it retries on its schedule and watches the
+ * holder's lease), its time ran out, or the lock was handed over to it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type WakeUp = "released" | "promoted" | "timeout" | HandedOver
+
+/**
  * A registration in a key's local wait queue. Local waiters on one key are served first in, first
  * out: one notification wakes one waiter, and only the head of the queue needs to watch the clock.
+ * A release by a holder in this process hands the lock straight to the first waiter that is not
+ * awake yet, when the backend can do that in the release's own round trip (see `docs/redis.md`).
  *
  * @since 0.1.0
  * @category models
  */
 export interface ReleaseSignal {
   /**
-   * Completes with `"released"` when a release notification reaches this waiter (the key may be
-   * free: try it), or with `"promoted"` when the waiter became the head of the queue (from now on
-   * it is the one that retries on its schedule and watches the holder's lease).
+   * Wait up to `millis` (`Infinity`: no limit) for a wake-up. A hand-over in flight to this waiter
+   * when the time runs out is waited for: the waiter then learns whether it holds the lock.
    */
-  readonly await: Effect.Effect<"released" | "promoted">
+  readonly await: (millis: number) => Effect.Effect<WakeUp>
   /** Whether this waiter is the head of its key's local queue. */
   readonly isHead: () => boolean
   /**
@@ -110,8 +135,8 @@ export interface LockBackendShape {
   /** Extend the lease if, and only if, `request.owner` still holds the lock. */
   readonly renew: (request: LockRequest) => Effect.Effect<RenewResult, LockBackendError>
   /**
-   * Release the lock if `owner` holds it, and notify waiters. Idempotent: `false` when the owner
-   * did not hold it.
+   * Release the lock if `owner` holds it, and notify waiters, or hand it straight to a local
+   * waiter (see `ReleaseSignal`). Idempotent: `false` when the owner did not hold it.
    */
   readonly release: (key: string, owner: string) => Effect.Effect<boolean, LockBackendError>
   /** Delete the lock whoever holds it, and notify waiters. `false` when it was not held. */
@@ -119,11 +144,11 @@ export interface LockBackendShape {
   /** Inspect a lock without changing it. */
   readonly inspect: (key: string) => Effect.Effect<Option.Option<LockInfo>, LockBackendError>
   /**
-   * Join the key's local wait queue for the lifetime of the scope. When this returns, release
-   * notifications for the key are being received, so an attempt made right after it cannot miss
-   * a release.
+   * Join the key's local wait queue for the lifetime of the scope, on behalf of `request` (which a
+   * hand-over acquires for). When this returns, release notifications for the key are being
+   * received, so an attempt made right after it cannot miss a release.
    */
-  readonly subscribe: (key: string) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
+  readonly subscribe: (request: LockRequest) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
   /**
    * How many fibers of this process wait on `key`. A newcomer queues behind them without trying
    * the lock first: it would not barge ahead of them, and it saves the server a doomed attempt.

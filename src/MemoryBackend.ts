@@ -12,6 +12,8 @@
 import { Effect, Layer, Option } from "effect"
 import type { AcquireResult, LockBackendShape, LockInfo, LockRequest, RenewResult } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
+import type { HandOverResult } from "./internal/handOver.js"
+import { releaseHandingOver } from "./internal/handOver.js"
 import { makeWaiterQueue } from "./internal/waiterQueue.js"
 import { nowMillis } from "./internal/time.js"
 
@@ -87,7 +89,7 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
       return { _tag: "Renewed" }
     })
 
-  const release = (key: string, owner: string): Effect.Effect<boolean> =>
+  const plainRelease = (key: string, owner: string): Effect.Effect<boolean> =>
     Effect.map(nowMillis, (now) => {
       const entry = live(key, now)
       if (entry === undefined || !entry.holders.has(owner)) return false
@@ -95,6 +97,19 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
       queue.notify(key)
       return true
     })
+
+  // Every waiter of this backend is in this process, so a release always hands over when a
+  // waiter is parked.
+  const handOver = (key: string, from: string, to: LockRequest): Effect.Effect<HandOverResult> =>
+    Effect.map(nowMillis, (now): HandOverResult => {
+      const entry = live(key, now)
+      if (entry === undefined || !entry.holders.has(from)) return { _tag: "NotHeld" }
+      locks.set(key, { holders: new Map([[to.owner, 1]]), expiresAt: now + to.leaseMillis })
+      return { _tag: "HandedOver", fencingToken: to.fencing ? nextToken(key) : 0n }
+    })
+
+  const release = (key: string, owner: string): Effect.Effect<boolean> =>
+    releaseHandingOver(queue, { release: plainRelease, handOver }, key, owner)
 
   const forceRelease = (key: string): Effect.Effect<boolean> =>
     Effect.map(nowMillis, (now) => {

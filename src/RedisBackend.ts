@@ -17,6 +17,8 @@ import type { Redis, RedisOptions } from "ioredis"
 import type { AcquireResult, LockBackendShape, LockInfo, LockRequest, RenewResult } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
 import { LockBackendError } from "./LockError.js"
+import type { HandOverResult } from "./internal/handOver.js"
+import { releaseHandingOver } from "./internal/handOver.js"
 import { makeKeyLayout, unlockMessage } from "./internal/redisKeys.js"
 import { loadScripts, readScripts, runScript, type Script } from "./internal/redisScripts.js"
 import { makeWaiterQueue } from "./internal/waiterQueue.js"
@@ -109,6 +111,21 @@ const decodeRenew = (reply: unknown): RenewResult | undefined =>
 
 const decodeRelease = (reply: unknown): boolean | undefined =>
   reply === 1 || reply === 0 ? true : reply === -1 ? false : undefined
+
+const decodeHandOver = (reply: unknown): HandOverResult | undefined => {
+  if (!Array.isArray(reply)) return undefined
+  const [status, token] = reply as [unknown, unknown]
+  if (status === 2 && typeof token === "string" && /^\d+$/.test(token)) {
+    return { _tag: "HandedOver", fencingToken: BigInt(token) }
+  }
+  return status === 1
+    ? { _tag: "Released" }
+    : status === 0
+    ? { _tag: "StillHeld" }
+    : status === -1
+    ? { _tag: "NotHeld" }
+    : undefined
+}
 
 const decodeForceRelease = (reply: unknown): boolean | undefined =>
   reply === 1 ? true : reply === 0 ? false : undefined
@@ -430,41 +447,59 @@ export const make = (
       connectionWaiters.add(waiter)
     }
 
-    const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult, LockBackendError> =>
+    /**
+     * A script call that may take the lock for `request.owner`. If it may have run but its reply
+     * is lost or comes too late for the caller (`took` says whether it took the lock), that hold
+     * is released again (see `compensate`).
+     */
+    const callTaking = <A>(
+      operation: string,
+      request: LockRequest,
+      script: Script,
+      keys: ReadonlyArray<string>,
+      args: ReadonlyArray<string>,
+      decode: (reply: unknown) => A | undefined,
+      took: (result: A) => boolean
+    ): Effect.Effect<A, LockBackendError> =>
       budgeted(
-        Effect.async<AcquireResult, LockBackendError>((resume) => {
-          const keys = layout.keysOf(request.key)
+        Effect.async<A, LockBackendError>((resume) => {
           let abandoned = false
           let settled = false
-          runScript(
-            command,
-            scripts.acquire,
-            [keys.lock, keys.token],
-            [String(request.leaseMillis), request.owner, request.fencing ? "1" : "0"],
-            (reply) => {
-              settled = true
-              const result = decodeAcquire(reply)
-              if (!abandoned) {
-                resume(result === undefined ? Effect.fail(unexpected("acquire", request.key, reply)) : Effect.succeed(result))
-              } else if (result?._tag === "Acquired") {
-                compensate(request, "caller interrupted")
-              }
-            },
-            (cause) => {
-              settled = true
-              if (!certainlyNotRun(cause)) compensate(request, cause instanceof Error ? cause.message : String(cause))
-              if (!abandoned) resume(Effect.fail(fail("acquire", request.key, cause)))
+          runScript(command, script, keys, args, (reply) => {
+            settled = true
+            const result = decode(reply)
+            if (!abandoned) {
+              resume(result === undefined ? Effect.fail(unexpected(operation, request.key, reply)) : Effect.succeed(result))
+            } else if (result !== undefined && took(result)) {
+              compensate(request, "caller interrupted")
             }
-          )
+          }, (cause) => {
+            settled = true
+            if (!certainlyNotRun(cause)) compensate(request, cause instanceof Error ? cause.message : String(cause))
+            if (!abandoned) resume(Effect.fail(fail(operation, request.key, cause)))
+          })
           // Interrupted while the script is in flight: whatever it turns out to have done must not
           // outlive this caller.
           return Effect.sync(() => {
             if (!settled) abandoned = true
           })
         }),
-        "acquire",
+        operation,
         request.key
       )
+
+    const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult, LockBackendError> => {
+      const keys = layout.keysOf(request.key)
+      return callTaking(
+        "acquire",
+        request,
+        scripts.acquire,
+        [keys.lock, keys.token],
+        [String(request.leaseMillis), request.owner, request.fencing ? "1" : "0"],
+        decodeAcquire,
+        (result) => result._tag === "Acquired"
+      )
+    }
 
     const renew = (request: LockRequest): Effect.Effect<RenewResult, LockBackendError> =>
       call(
@@ -476,10 +511,46 @@ export const make = (
         decodeRenew
       )
 
-    const release = (key: string, owner: string): Effect.Effect<boolean, LockBackendError> => {
+    const plainRelease = (key: string, owner: string): Effect.Effect<boolean, LockBackendError> => {
       const [keys, args] = releaseArgs(key, owner)
       return call("release", key, scripts.release, keys, args, decodeRelease)
     }
+
+    const handOver = (key: string, from: string, to: LockRequest): Effect.Effect<HandOverResult, LockBackendError> => {
+      const keys = layout.keysOf(key)
+      return callTaking(
+        "release",
+        to,
+        scripts["hand-over"],
+        [keys.lock, keys.channel, keys.token],
+        [from, unlockMessage, to.owner, String(to.leaseMillis), to.fencing ? "1" : "0"],
+        decodeHandOver,
+        (result) => result._tag === "HandedOver"
+      )
+    }
+
+    // A server that refuses the hand-over script (an ACL user without `pubsub|numsub`, a Redis
+    // older than 5.0) still gets plain releases: hand-overs stop for this backend, once, with a warning.
+    let handOverRefused = false
+    const refusedByServer = (error: LockBackendError) => error.cause instanceof Error && error.cause.name === "ReplyError"
+    const handOverOrRelease = (key: string, from: string, to: LockRequest): Effect.Effect<HandOverResult, LockBackendError> =>
+      handOver(key, from, to).pipe(
+        Effect.catchIf(refusedByServer, (error) => {
+          handOverRefused = true
+          return Effect.logWarning(
+            "Redis refused the hand-over script; releases notify waiters instead of handing the lock over"
+          ).pipe(
+            Effect.annotateLogs({ backend, error: error.cause instanceof Error ? error.cause.message : String(error.cause) }),
+            Effect.zipRight(plainRelease(key, from)),
+            Effect.map((held): HandOverResult => held ? { _tag: "Released" } : { _tag: "NotHeld" })
+          )
+        })
+      )
+
+    const release = (key: string, owner: string): Effect.Effect<boolean, LockBackendError> =>
+      handOverRefused
+        ? plainRelease(key, owner)
+        : releaseHandingOver(queue, { release: plainRelease, handOver: handOverOrRelease }, key, owner)
 
     const forceRelease = (key: string): Effect.Effect<boolean, LockBackendError> => {
       const keys = layout.keysOf(key)

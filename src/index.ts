@@ -21,11 +21,13 @@ export { LockBackend } from "./LockBackend.js"
  */
 export type {
   AcquireResult,
+  HandedOver,
   LockBackendShape,
   LockInfo,
   LockRequest,
   ReleaseSignal,
-  RenewResult
+  RenewResult,
+  WakeUp
 } from "./LockBackend.js"
 
 /**

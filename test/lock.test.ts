@@ -44,13 +44,21 @@ describe("acquire and wait (§2.1)", () => {
       assert.deepStrictEqual(Option.map(result, Exit.isSuccess), Option.some(true))
     }))
 
-  it.effect("local waiters are served first in, first out, and one release wakes one waiter", () =>
+  it.effect("local waiters are served first in, first out: each release hands the lock to the next waiter, with no attempt of its own", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const order: Array<number> = []
+      const tokens: Array<bigint> = []
       const gates = [0, 1, 2, 3].map(() => Effect.runSync(Deferred.make<void>()))
       const holder = (i: number) =>
-        withLock("k", Effect.zipRight(Effect.sync(() => order.push(i)), Deferred.await(gates[i]!)), {
+        withLock("k", (lease) =>
+          Effect.zipRight(
+            Effect.sync(() => {
+              order.push(i)
+              tokens.push(lease.fencingToken)
+            }),
+            Deferred.await(gates[i]!)
+          ), {
           retry: Schedule.spaced("1 hour")
         }).pipe(Effect.provide(t.layer))
       const fibers = [yield* Effect.fork(holder(0))]
@@ -63,11 +71,31 @@ describe("acquire and wait (§2.1)", () => {
         const attemptsBefore = t.calls.tryAcquire
         yield* Deferred.succeed(gates[i]!, void 0)
         yield* settle
-        assert.strictEqual(t.calls.tryAcquire - attemptsBefore, 1, "one release, one woken waiter, one attempt")
+        assert.deepStrictEqual(order, [0, 1, 2, 3].slice(0, i + 2), "the release handed the lock to the next waiter")
+        assert.strictEqual(t.calls.tryAcquire - attemptsBefore, 0, "the receiver made no attempt")
       }
       yield* Deferred.succeed(gates[3]!, void 0)
       yield* Effect.forEach(fibers, Fiber.join)
       assert.deepStrictEqual(order, [0, 1, 2, 3])
+      assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n], "every hand-over draws the next fencing token")
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+
+  it.effect("a release notification wakes one waiter, not the herd", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t.backend, "k", 3_600_000)
+      const fibers: Array<Fiber.RuntimeFiber<void, unknown>> = []
+      for (let i = 0; i < 3; i++) {
+        fibers.push(yield* Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))))
+        yield* settle
+      }
+      const attemptsBefore = t.calls.tryAcquire
+      // A force-unlock notifies; it does not hand over.
+      yield* t.backend.forceRelease("k")
+      yield* settle
+      assert.strictEqual(t.calls.tryAcquire - attemptsBefore, 1, "one notification, one woken waiter, one attempt")
+      yield* Effect.forEach(fibers, Fiber.join)
     }))
 
   it.effect("a newcomer queues behind local waiters without trying the lock", () =>

@@ -1,7 +1,8 @@
 /**
  * Waiting for a lock: one backend attempt, then (when busy) join the key's wait queue, try again
  * at once, and sleep until the earliest of the next retry-schedule step, a release notification,
- * the holder's remaining lease, or the end of the wait budget.
+ * the holder's remaining lease, or the end of the wait budget, unless a release in this process
+ * hands the lock over first.
  *
  * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
@@ -14,7 +15,7 @@ import type { LockBackendError } from "../LockError.js"
 import { LockTimeoutError } from "../LockError.js"
 import * as metrics from "./metrics.js"
 import type { BusyInfo, ResolvedOptions } from "./options.js"
-import { nowMillis, wholeMillis } from "./time.js"
+import { nowMillis } from "./time.js"
 import type { Restore } from "./restore.js"
 
 export interface Acquired {
@@ -86,7 +87,7 @@ const waitFor = (
       })
     if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
 
-    const signal = yield* restore(backend.subscribe(request.key))
+    const signal = yield* restore(backend.subscribe(request))
     const schedule = options.retry
     let state: unknown = schedule.initial
     let delay = 0
@@ -118,10 +119,11 @@ const waitFor = (
       // (when it ends the lock is free without a notification). The others wait to be woken.
       const untilExpiry = ttl === undefined ? Infinity : ttl + 1
       const sleep = signal.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
-      const woken = sleep === Infinity
-        ? yield* restore(Effect.asSome(signal.await))
-        : yield* restore(Effect.timeoutOption(signal.await, wholeMillis(sleep)))
-      tryNow = woken._tag === "None" || woken.value === "released"
+      const woken = yield* restore(signal.await(sleep))
+      // Handed over by a release in this process: held, with no attempt of our own (even if the
+      // wait ran out while the hand-over was in flight).
+      if (typeof woken === "object") return { fencingToken: woken.fencingToken, startedAt: woken.startedAt }
+      tryNow = woken !== "promoted"
       if (!tryNow) {
         // Promoted to head: from now on watch the clock, starting from the next schedule step.
         ttl = undefined

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto"
 import { readFile } from "node:fs/promises"
 import type { Redis } from "ioredis"
 
-export const scriptNames = ["acquire", "renew", "release", "force-release", "inspect"] as const
+export const scriptNames = ["acquire", "renew", "release", "hand-over", "force-release", "inspect"] as const
 
 export type ScriptName = typeof scriptNames[number]
 

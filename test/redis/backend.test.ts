@@ -268,6 +268,39 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.isBelow(millis, 10_000)
       assert.isTrue(logs.some((line) => line.includes("SUBSCRIBE failed") && line.includes("NOPERM")), logs.join("\n"))
     }))
+
+  // Changes server-wide state: not on a shared REDIS_URL server.
+  it.scopedLive.skipIf(skipOwn)("a user without PUBSUB NUMSUB (the hand-over script is refused): releases notify instead, with one warning", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* cmd(redis, "ACL", "SETUSER", "nonumsub", "reset", "on", ">pw", ...aclRules("nn:").filter((rule) => rule !== "+pubsub|numsub"))
+      const layer = RedisBackend.layer({ url: `redis://nonumsub:pw@127.0.0.1:${server.port}`, prefix: "nn:" })
+      const key = freshKey("nonumsub")
+      const [tokens, logs] = yield* captureLogs((logs) =>
+        Effect.gen(function*() {
+          // Three rounds of a release with a parked waiter: the first is refused and falls back.
+          const tokens: Array<bigint> = []
+          for (let round = 0; round < 3; round++) {
+            const holder = yield* Effect.fork(withLock(key, (lease) => Effect.as(Effect.sleep(100), lease.fencingToken)))
+            yield* Effect.sleep(30)
+            const waiter = yield* Effect.fork(
+              withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+            )
+            tokens.push(yield* Fiber.join(holder), yield* Fiber.join(waiter).pipe(Effect.timeoutFail({
+              duration: "10 seconds",
+              onTimeout: () => new Error("the waiter was not woken by the release")
+            })))
+          }
+          const backend = yield* LockBackend
+          assert.isTrue(Option.isNone(yield* backend.inspect(key)), "no lock left")
+          return [tokens, logs] as const
+        }).pipe(Effect.provide(layer))
+      )
+      assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n, 5n, 6n])
+      const warnings = logs.filter((line) => line.includes("refused the hand-over script"))
+      assert.strictEqual(warnings.length, 1, logs.join("\n"))
+      assert.isTrue(warnings[0]!.includes("can't run this command"), warnings[0])
+    }))
 })
 
 /**
@@ -296,6 +329,7 @@ const aclRules = (prefix: string) => [
   "+del",
   "+hgetall",
   "+publish",
+  "+pubsub|numsub",
   "+subscribe",
   "+unsubscribe",
   "+ping",

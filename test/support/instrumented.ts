@@ -2,7 +2,7 @@
  * Wraps a real backend to count calls and to inject faults (failing renewals or releases). The
  * wrapped backend still does the work; nothing here imitates Redis.
  */
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
 import type { LockBackendShape } from "../../src/LockBackend.js"
 import { LockBackend } from "../../src/LockBackend.js"
 import { LockBackendError } from "../../src/LockError.js"
@@ -60,9 +60,17 @@ export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBa
       Effect.suspend(() => {
         self.calls.subscribe++
         return Effect.map(inner.subscribe(key), (signal) => {
-          // Waiting again after a swallowed notification: the waiter never learns of it.
-          const awaitKept: typeof signal.await = Effect.flatMap(signal.await, (reason) =>
-            reason === "released" && self.dropNotifications ? awaitKept : Effect.succeed(reason))
+          // Waiting on, for the rest of the time, after a swallowed notification: the waiter never
+          // learns of it.
+          const awaitKept: typeof signal.await = (millis) =>
+            Effect.flatMap(Clock.currentTimeMillis, (start) =>
+              Effect.flatMap(signal.await(millis), (reason) => {
+                if (reason !== "released" || !self.dropNotifications) return Effect.succeed(reason)
+                return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+                  const left = millis - (now - start)
+                  return left > 0 ? awaitKept(left) : Effect.succeed("timeout" as const)
+                })
+              }))
           return { ...signal, await: awaitKept }
         })
       }),

@@ -1,0 +1,45 @@
+-- hand-over.lua: release one owner's hold and, when nobody else waits, hand the lock to a waiter
+-- of the same process in the same step: one round trip instead of release, notification and the
+-- waiter's own acquire.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the release channel redisson_lock__channel:{<lock>}
+-- KEYS[3]  the fencing counter redisson_lock_token:{<lock>} (INCR, never expires)
+-- ARGV[1]  the releasing owner id (the hash field)
+-- ARGV[2]  the message to publish ("0", Redisson's UNLOCK_MESSAGE)
+-- ARGV[3]  the receiving owner id
+-- ARGV[4]  the receiver's lease in milliseconds
+-- ARGV[5]  "1" to draw a fencing token for the receiver, "0" not to
+--
+-- Returns  {-1}        the releasing owner did not hold it: nothing changed
+--          {0}         the releasing owner still holds it (its hold count was above 1)
+--          {1}         released: deleted and ARGV[2] published, because another client (another
+--                      process, a Redisson client) is subscribed to the channel, i.e. waits too
+--          {2, token}  handed over: the receiver holds it with a hold count of 1 and its lease;
+--                      token as in acquire.lua
+--
+-- The release part is release.lua. The hand-over happens only when the releasing process's own
+-- subscriber is the channel's only one (PUBSUB NUMSUB, at most 1), so that a waiter elsewhere is
+-- never passed over without being told: it gets the notification and its chance, as after a
+-- plain release. PUBSUB makes the script non-deterministic, which Redis accepts (effects
+-- replication) from 5.0 on.
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return {-1}
+end
+-- Before any write: a server that refuses PUBSUB (ACL) aborts the script with nothing changed.
+local othersWait = redis.call('pubsub', 'numsub', KEYS[2])[2] > 1
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  return {0}
+end
+redis.call('del', KEYS[1])
+if othersWait then
+  redis.call('publish', KEYS[2], ARGV[2])
+  return {1}
+end
+redis.call('hincrby', KEYS[1], ARGV[3], 1)
+redis.call('pexpire', KEYS[1], ARGV[4])
+if ARGV[5] == '1' then
+  redis.call('incr', KEYS[3])
+  return {2, redis.call('get', KEYS[3])}
+end
+return {2, '0'}

@@ -1,0 +1,130 @@
+/**
+ * Hand-over on Redis: a release by a holder in this process gives the lock straight to the local
+ * waiter it would have woken, in the release's own round trip, unless another client waits on the
+ * key's channel too. Run against a real redis-server; `CLIENT PAUSE WRITE` holds the hand-over
+ * script in flight to exercise the races around it.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber, Option, Schedule } from "effect"
+import type { Redis } from "ioredis"
+import type { LockBackendShape, LockOptions } from "../../src/index.js"
+import { LockBackend, withLock } from "../../src/index.js"
+import * as RedisBackend from "../../src/RedisBackend.js"
+import { redisServer, skipRedis } from "../support/redisServer.js"
+import { admin, cmd, eventually } from "./helpers.js"
+
+/** Calls of `name` in `INFO commandstats`, script-internal calls included. */
+const calls = (redis: Redis, name: string) =>
+  Effect.map(cmd<string>(redis, "INFO", "commandstats"), (info) => {
+    const match = new RegExp(`^cmdstat_${name}:calls=(\\d+)`, "m").exec(info)
+    return match === null ? 0 : Number(match[1])
+  })
+
+/** A fiber holding `key` until `release` is completed; returns its fencing token. */
+const holding = (key: string, release: Deferred.Deferred<void>) =>
+  Effect.gen(function*() {
+    const entered = yield* Deferred.make<bigint>()
+    const fiber = yield* Effect.fork(
+      withLock(key, (lease) => Effect.zipRight(Deferred.succeed(entered, lease.fencingToken), Deferred.await(release)))
+    )
+    const token = yield* Deferred.await(entered)
+    return { fiber, token }
+  })
+
+/** A waiter on `key` that records its token; parked once `localWaiters` counts it. */
+const waiting = (backend: LockBackendShape, key: string, count: number, options: LockOptions = {}) =>
+  Effect.gen(function*() {
+    const fiber = yield* Effect.fork(
+      withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds"), ...options })
+    )
+    yield* eventually(Effect.sync(() => backend.localWaiters(key) >= count), 5_000, `waiter ${count} queued`)
+    // Past its attempts: parked in the queue.
+    yield* Effect.sleep(50)
+    return fiber
+  })
+
+describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
+  it.scopedLive("a release hands the lock to the parked local waiter in one call: no notification, no attempt of its own", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const backend = yield* RedisBackend.make({ url: server.url })
+      yield* Effect.gen(function*() {
+        const release = yield* Deferred.make<void>()
+        const holder = yield* holding("k", release)
+        const waiter = yield* waiting(backend, "k", 1)
+        const [evalsBefore, publishesBefore] = [yield* calls(redis, "evalsha"), yield* calls(redis, "publish")]
+        yield* Deferred.succeed(release, void 0)
+        yield* Fiber.join(holder.fiber)
+        const token = yield* Fiber.join(waiter)
+        assert.strictEqual(token, holder.token + 1n, "the receiver drew the next token")
+        // The hand-over, then the receiver's own release (a plain one: nobody waits any more).
+        assert.strictEqual((yield* calls(redis, "evalsha")) - evalsBefore, 2, "no acquire attempt by the receiver")
+        assert.strictEqual((yield* calls(redis, "publish")) - publishesBefore, 1, "only the last release published")
+        assert.isTrue(Option.isNone(yield* backend.inspect("k")))
+      }).pipe(Effect.provideService(LockBackend, backend))
+    }))
+
+  it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const backend = yield* RedisBackend.make({ url: server.url })
+      const other = yield* admin(server.url)
+      const messages: Array<string> = []
+      other.on("message", (_channel: string, message: string) => messages.push(message))
+      yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
+      yield* Effect.gen(function*() {
+        const release = yield* Deferred.make<void>()
+        const holder = yield* holding("k", release)
+        const waiter = yield* waiting(backend, "k", 1)
+        yield* Deferred.succeed(release, void 0)
+        yield* Fiber.join(holder.fiber)
+        // The local waiter still gets in, woken by the same notification the other client got.
+        assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
+        yield* eventually(Effect.sync(() => messages.length >= 2), 5_000, "both releases published")
+        assert.deepStrictEqual(messages, ["0", "0"])
+      }).pipe(Effect.provideService(LockBackend, backend))
+    }))
+
+  it.scopedLive("the receiver is interrupted while the hand-over is in flight: the lock is released for it and goes to the next waiter", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const backend = yield* RedisBackend.make({ url: server.url })
+      yield* Effect.gen(function*() {
+        const release = yield* Deferred.make<void>()
+        const holder = yield* holding("k", release)
+        const first = yield* waiting(backend, "k", 1)
+        const second = yield* waiting(backend, "k", 2)
+        // Writes (scripts included) wait until the pause ends: the hand-over to `first` is in flight.
+        yield* cmd(redis, "CLIENT", "PAUSE", 500, "WRITE")
+        yield* Deferred.succeed(release, void 0)
+        yield* Effect.sleep(100)
+        yield* Fiber.interrupt(first)
+        assert.isTrue(Exit.isInterrupted(yield* Fiber.await(first)))
+        yield* Fiber.join(holder.fiber)
+        // `first` was given the lock (token + 1) after it left; its release handed it to `second`.
+        assert.strictEqual(yield* Fiber.join(second), holder.token + 2n)
+        assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
+        assert.strictEqual(backend.localWaiters("k"), 0)
+      }).pipe(Effect.provideService(LockBackend, backend))
+    }))
+
+  it.scopedLive("the receiver's wait runs out while the hand-over is in flight: it waits for it and holds the lock", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      const backend = yield* RedisBackend.make({ url: server.url })
+      yield* Effect.gen(function*() {
+        const release = yield* Deferred.make<void>()
+        const holder = yield* holding("k", release)
+        const waiter = yield* waiting(backend, "k", 1, { wait: "300 millis" })
+        yield* cmd(redis, "CLIENT", "PAUSE", 600, "WRITE")
+        yield* Deferred.succeed(release, void 0)
+        // The waiter's 300 ms run out during the pause; the hand-over then lands.
+        assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
+        yield* Fiber.join(holder.fiber)
+        assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
+      }).pipe(Effect.provideService(LockBackend, backend))
+    }))
+})
