@@ -141,7 +141,8 @@ export const effectLock: LockLibrary = {
   name: "effect-lock",
   version: versionOf("effect-lock"),
   usage: "`withLock(key, body)` on `RedisBackend.layer({ url })`, defaults",
-  waiting: "pub/sub release notification (one subscriber connection), FIFO wake-one; retry schedule as safety net",
+  waiting:
+    "a release in the same process hands the lock to the next local waiter in its own round trip; otherwise a pub/sub release notification (one subscriber connection), FIFO wake-one; retry schedule as safety net",
   reentrant: true,
   open: (url) =>
     Effect.map(

@@ -49,6 +49,7 @@ describe("acquire and wait (§2.1)", () => {
       const t = yield* makeInstrumented
       const order: Array<number> = []
       const tokens: Array<bigint> = []
+      const handOversBefore = (yield* Metric.value(metrics.handOvers)).count
       const gates = [0, 1, 2, 3].map(() => Effect.runSync(Deferred.make<void>()))
       const holder = (i: number) =>
         withLock("k", (lease) =>
@@ -78,6 +79,7 @@ describe("acquire and wait (§2.1)", () => {
       yield* Effect.forEach(fibers, Fiber.join)
       assert.deepStrictEqual(order, [0, 1, 2, 3])
       assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n], "every hand-over draws the next fencing token")
+      assert.strictEqual((yield* Metric.value(metrics.handOvers)).count - handOversBefore, 3)
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 

@@ -8,8 +8,9 @@
  * meanwhile). If it left in the meantime (interrupted, timed out), the lock it was given is
  * released again for it, which may hand it on to the next waiter.
  */
-import { Effect } from "effect"
+import { Effect, Metric } from "effect"
 import type { LockRequest } from "../LockBackend.js"
+import * as metrics from "./metrics.js"
 import { nowMillis } from "./time.js"
 import type { WaiterQueue } from "./waiterQueue.js"
 
@@ -53,7 +54,7 @@ export const releaseHandingOver = <E>(
             return Effect.succeed(result._tag !== "NotHeld")
           }
           if (claim.grant({ _tag: "HandedOver", fencingToken: result.fencingToken, startedAt })) {
-            return Effect.succeed(true)
+            return Effect.as(Metric.increment(metrics.handOvers), true)
           }
           // The receiver left while the lock was on its way: release it on its behalf.
           return releaseHandingOver(queue, calls, key, claim.request.owner).pipe(

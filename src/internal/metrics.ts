@@ -7,6 +7,9 @@ export const acquisitions = Metric.counter("effect_lock_acquisitions_total", {
 export const reentries = Metric.counter("effect_lock_reentries_total", {
   description: "Reentrant entries into a lock the owner already held"
 })
+export const handOvers = Metric.counter("effect_lock_hand_overs_total", {
+  description: "Acquisitions handed over by a release in this process (counted in acquisitions too)"
+})
 export const timeouts = Metric.counter("effect_lock_timeouts_total", {
   description: "Acquisitions that gave up waiting"
 })
