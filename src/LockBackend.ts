@@ -10,7 +10,7 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Option, Scope } from "effect"
+import type { Effect, Option } from "effect"
 import { Context } from "effect"
 import { LockBackendError } from "./LockError.js"
 
@@ -116,11 +116,14 @@ export interface ReleaseSignal {
   /** Whether this waiter is the head of its key's local queue. */
   readonly isHead: () => boolean
   /**
-   * Whether this registration opened the key's queue (and its subscription). A release between
-   * the caller's last attempt and the subscription cannot have woken anybody, so the opener tries
-   * again at once; a later registrant has somebody ahead of it who was woken instead.
+   * Wait until release notifications for the key are flowing (the first waiter on a key
+   * subscribes here), so that an attempt made after it cannot miss a release. `true` when this
+   * waiter subscribed: a release between its last attempt and the subscription woke nobody, so it
+   * should try again at once; a later waiter has somebody ahead of it who was woken instead.
    */
-  readonly opened: boolean
+  readonly ready: Effect.Effect<boolean, LockBackendError>
+  /** Leave the queue: when the waiter got in, gave up, failed or was interrupted. Idempotent. */
+  readonly leave: Effect.Effect<void>
 }
 
 /**
@@ -144,11 +147,10 @@ export interface LockBackendShape {
   /** Inspect a lock without changing it. */
   readonly inspect: (key: string) => Effect.Effect<Option.Option<LockInfo>, LockBackendError>
   /**
-   * Join the key's local wait queue for the lifetime of the scope, on behalf of `request` (which a
-   * hand-over acquires for). When this returns, release notifications for the key are being
-   * received, so an attempt made right after it cannot miss a release.
+   * Join the key's local wait queue on behalf of `request` (which a hand-over acquires for). The
+   * registration is immediate; the caller then awaits `ready` and must `leave` in any case.
    */
-  readonly subscribe: (request: LockRequest) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
+  readonly subscribe: (request: LockRequest) => Effect.Effect<ReleaseSignal>
   /**
    * How many fibers of this process wait on `key`. A newcomer queues behind them without trying
    * the lock first: it would not barge ahead of them, and it saves the server a doomed attempt.

@@ -72,7 +72,7 @@ const waitFor = (
   firstTtl: number | undefined,
   attempted: boolean
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
-  Effect.scoped(Effect.gen(function*() {
+  Effect.gen(function*() {
     const start = yield* nowMillis
     const deadline = start + options.waitMillis
     let attempts = attempted ? 1 : 0
@@ -87,47 +87,59 @@ const waitFor = (
       })
     if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
 
-    const signal = yield* restore(backend.subscribe(request))
-    const schedule = options.retry
-    let state: unknown = schedule.initial
-    let delay = 0
-    /** Advance the retry schedule: `false` when it has ended. */
-    const step = (now: number) =>
-      Effect.map(
-        schedule.step(now, { key: request.key, attempt: attempts, holderTtlMillis: ttl } satisfies BusyInfo, state),
-        ([next, , decision]) => {
-          if (ScheduleDecision.isDone(decision)) return false
-          state = next
-          delay = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
-          return true
-        }
-      )
-    let tryNow = signal.opened
-    while (true) {
-      if (tryNow) {
-        const result = yield* attempt(backend, request)
-        attempts++
-        if (result._tag === "Acquired") return result
-        ttl = result.ttlMillis
-      }
-      const now = yield* nowMillis
-      if (now >= deadline) return yield* timeout(now, "wait-elapsed")
-      // The schedule advances after every failed attempt and on promotion to head; when it ends,
-      // the waiter gives up.
-      if (tryNow && !(yield* step(now))) return yield* timeout(now, "retries-exhausted")
-      // Only the head watches the clock: the next schedule step, and never past the holder's lease
-      // (when it ends the lock is free without a notification). The others wait to be woken.
-      const untilExpiry = ttl === undefined ? Infinity : ttl + 1
-      const sleep = signal.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
-      const woken = yield* restore(signal.await(sleep))
-      // Handed over by a release in this process: held, with no attempt of our own (even if the
-      // wait ran out while the hand-over was in flight).
-      if (typeof woken === "object") return { fencingToken: woken.fencingToken, startedAt: woken.startedAt }
-      tryNow = woken !== "promoted"
-      if (!tryNow) {
-        // Promoted to head: from now on watch the clock, starting from the next schedule step.
-        ttl = undefined
-        if (!(yield* step(yield* nowMillis))) return yield* timeout(yield* nowMillis, "retries-exhausted")
-      }
-    }
-  }))
+    // Leaving the queue is the release of the registration, whatever happens.
+    return yield* Effect.acquireUseRelease(
+      backend.subscribe(request),
+      (signal) =>
+        Effect.gen(function*() {
+          const opened = yield* restore(signal.ready)
+          const schedule = options.retry
+          let state: unknown = schedule.initial
+          let delay = 0
+          /** Advance the retry schedule: `false` when it has ended. */
+          const step = (now: number) =>
+            Effect.map(
+              schedule.step(
+                now,
+                { key: request.key, attempt: attempts, holderTtlMillis: ttl } satisfies BusyInfo,
+                state
+              ),
+              ([next, , decision]) => {
+                if (ScheduleDecision.isDone(decision)) return false
+                state = next
+                delay = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
+                return true
+              }
+            )
+          let tryNow = opened
+          while (true) {
+            if (tryNow) {
+              const result = yield* attempt(backend, request)
+              attempts++
+              if (result._tag === "Acquired") return result
+              ttl = result.ttlMillis
+            }
+            const now = yield* nowMillis
+            if (now >= deadline) return yield* timeout(now, "wait-elapsed")
+            // The schedule advances after every failed attempt and on promotion to head; when it ends,
+            // the waiter gives up.
+            if (tryNow && !(yield* step(now))) return yield* timeout(now, "retries-exhausted")
+            // Only the head watches the clock: the next schedule step, and never past the holder's lease
+            // (when it ends the lock is free without a notification). The others wait to be woken.
+            const untilExpiry = ttl === undefined ? Infinity : ttl + 1
+            const sleep = signal.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
+            const woken = yield* restore(signal.await(sleep))
+            // Handed over by a release in this process: held, with no attempt of our own (even if the
+            // wait ran out while the hand-over was in flight).
+            if (typeof woken === "object") return { fencingToken: woken.fencingToken, startedAt: woken.startedAt }
+            tryNow = woken !== "promoted"
+            if (!tryNow) {
+              // Promoted to head: from now on watch the clock, starting from the next schedule step.
+              ttl = undefined
+              if (!(yield* step(yield* nowMillis))) return yield* timeout(yield* nowMillis, "retries-exhausted")
+            }
+          }
+        }),
+      (signal) => signal.leave
+    )
+  })

@@ -54,7 +54,8 @@ export const releaseHandingOver = <E>(
             return Effect.succeed(result._tag !== "NotHeld")
           }
           if (claim.grant({ _tag: "HandedOver", fencingToken: result.fencingToken, startedAt })) {
-            return Effect.as(Metric.increment(metrics.handOvers), true)
+            // Let the receiver run first: its program is what everybody waits for.
+            return Effect.as(Effect.zipRight(Effect.yieldNow(), Metric.increment(metrics.handOvers)), true)
           }
           // The receiver left while the lock was on its way: release it on its behalf.
           return releaseHandingOver(queue, calls, key, claim.request.owner).pipe(

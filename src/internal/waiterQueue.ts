@@ -12,10 +12,10 @@
  *   woken meanwhile, and a hand-over to a waiter that has left is undone by the releaser.
  *
  * `onFirst` / `onLast` let a backend hold an external subscription (a Redis channel) exactly as
- * long as the key has local waiters; registrations that arrive while `onFirst` is in flight wait
- * for it, so nobody relies on notifications before they are flowing.
+ * long as the key has local waiters; waiters that get ready while `onFirst` is in flight wait for
+ * it, so nobody relies on notifications before they are flowing.
  */
-import { Deferred, Effect, Exit, FiberId, Scope } from "effect"
+import { Deferred, Effect, Exit, FiberId } from "effect"
 import type { HandedOver, LockRequest, ReleaseSignal, WakeUp } from "../LockBackend.js"
 import type { LockBackendError } from "../LockError.js"
 import { wholeMillis } from "./time.js"
@@ -43,7 +43,9 @@ interface Waiter {
 
 interface KeyQueue {
   readonly waiters: Set<Waiter>
-  readonly ready: Deferred.Deferred<void>
+  /** The subscription: not asked for yet, being made by the first waiter to get ready, or made. */
+  subscription: "none" | "subscribing" | "subscribed"
+  readonly subscribed: Deferred.Deferred<void>
 }
 
 export interface WaiterQueueHooks {
@@ -68,7 +70,7 @@ export interface HandOverClaim {
 }
 
 export interface WaiterQueue {
-  readonly register: (request: LockRequest) => Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope>
+  readonly register: (request: LockRequest) => Effect.Effect<ReleaseSignal>
   /** Wake the first waiter on `key` that is not awake yet. */
   readonly notify: (key: string) => void
   /** Wake one waiter on every key (after a reconnect, when notifications may have been missed). */
@@ -170,7 +172,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
       return hooks.onLast(key)
     })
 
-  const signalOf = (queue: KeyQueue, waiter: Waiter, opened: boolean): ReleaseSignal => {
+  const signalOf = (key: string, queue: KeyQueue, waiter: Waiter): ReleaseSignal => {
     const reason = (): WakeUp | undefined => {
       if (waiter.handedOver !== undefined) return waiter.handedOver
       if (waiter.woken) {
@@ -184,13 +186,33 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
       }
       return undefined
     }
-    // The caller attempts after these (and, when it opened the queue, right after registering).
+    // The caller attempts after these (and, when it subscribed, right after `ready`).
     const attemptsAfter = <W extends WakeUp>(wakeUp: W): W => {
       waiter.attempting = wakeUp === "released" || wakeUp === "timeout"
       return wakeUp
     }
+    // The first waiter to get ready subscribes; later ones wait for that, so that nobody relies on
+    // notifications before they are flowing. Whatever happens, nobody waits on it forever.
+    const subscribe = Effect.uninterruptibleMask((restore) => {
+      queue.subscription = "subscribing"
+      return Effect.flatMap(Effect.exit(restore(hooks.onFirst(key))), (subscribed) => {
+        queue.subscription = "subscribed"
+        Deferred.unsafeDone(queue.subscribed, Exit.void)
+        if (Exit.isFailure(subscribed)) return Effect.failCause(subscribed.cause)
+        // Try at once, unless a release is handing the lock over to this waiter already.
+        waiter.attempting = !waiter.handingOver && waiter.handedOver === undefined
+        return Effect.succeed(waiter.attempting)
+      })
+    })
     return {
-      opened,
+      ready: Effect.suspend(() =>
+        queue.subscription === "none"
+          ? subscribe
+          : queue.subscription === "subscribing"
+          ? Effect.as(Deferred.await(queue.subscribed), false)
+          : Effect.succeed(false)
+      ),
+      leave: leave(key, queue, waiter),
       isHead: () => headOf(queue) === waiter,
       await: (millis) =>
         Effect.suspend(() => {
@@ -227,43 +249,30 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks = noHooks): WaiterQueue 
     }
   }
 
-  const register = (request: LockRequest): Effect.Effect<ReleaseSignal, LockBackendError, Scope.Scope> =>
-    Effect.uninterruptibleMask((restore) =>
-      Effect.gen(function*() {
-        const { key } = request
-        let queue = queues.get(key)
-        const first = queue === undefined
-        if (queue === undefined) {
-          queue = { waiters: new Set(), ready: Deferred.unsafeMake<void>(FiberId.none) }
-          queues.set(key, queue)
-        }
-        const waiter: Waiter = {
-          request,
-          woken: false,
-          promoted: false,
-          attempting: first,
-          handingOver: false,
-          notified: false,
-          handedOver: undefined,
-          overdue: false,
-          left: false,
-          parked: undefined
-        }
-        queue.waiters.add(waiter)
-        count++
-        const scope = yield* Effect.scope
-        yield* Scope.addFinalizer(scope, leave(key, queue, waiter))
-        if (first) {
-          const subscribed = yield* Effect.exit(restore(hooks.onFirst(key)))
-          // Whatever happened, later registrants must not wait forever on `ready`.
-          Deferred.unsafeDone(queue.ready, Exit.void)
-          if (Exit.isFailure(subscribed)) return yield* Effect.failCause(subscribed.cause)
-        } else {
-          yield* restore(Deferred.await(queue.ready))
-        }
-        return signalOf(queue, waiter, first)
-      })
-    )
+  const register = (request: LockRequest): Effect.Effect<ReleaseSignal> =>
+    Effect.sync(() => {
+      const { key } = request
+      let queue = queues.get(key)
+      if (queue === undefined) {
+        queue = { waiters: new Set(), subscription: "none", subscribed: Deferred.unsafeMake<void>(FiberId.none) }
+        queues.set(key, queue)
+      }
+      const waiter: Waiter = {
+        request,
+        woken: false,
+        promoted: false,
+        attempting: false,
+        handingOver: false,
+        notified: false,
+        handedOver: undefined,
+        overdue: false,
+        left: false,
+        parked: undefined
+      }
+      queue.waiters.add(waiter)
+      count++
+      return signalOf(key, queue, waiter)
+    })
 
   return {
     register,
