@@ -10,6 +10,8 @@
 -- ARGV[3]  the receiving owner id
 -- ARGV[4]  the receiver's lease in milliseconds
 -- ARGV[5]  "1" to draw a fencing token for the receiver, "0" not to
+-- ARGV[6]  how many of the channel's subscribers are the releasing process's own: "1" when its
+--          subscription is known to be live, "0" when it is not (being made, refused, reconnecting)
 --
 -- Returns  {-1}        the releasing owner did not hold it: nothing changed
 --          {0}         the releasing owner still holds it (its hold count was above 1)
@@ -18,8 +20,8 @@
 --          {2, token}  handed over: the receiver holds it with a hold count of 1 and its lease;
 --                      token as in acquire.lua
 --
--- The release part is release.lua. The hand-over happens only when the releasing process's own
--- subscriber is the channel's only one (PUBSUB NUMSUB, at most 1), so that a waiter elsewhere is
+-- The release part is release.lua. The hand-over happens only when the channel has no subscriber
+-- but the releasing process's own (PUBSUB NUMSUB at most ARGV[6]), so that a waiter elsewhere is
 -- never passed over without being told: it gets the notification and its chance, as after a
 -- plain release. PUBSUB makes the script non-deterministic, which Redis accepts (effects
 -- replication) from 5.0 on.
@@ -27,7 +29,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {-1}
 end
 -- Before any write: a server that refuses PUBSUB (ACL) aborts the script with nothing changed.
-local othersWait = redis.call('pubsub', 'numsub', KEYS[2])[2] > 1
+local othersWait = redis.call('pubsub', 'numsub', KEYS[2])[2] > tonumber(ARGV[6])
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   return {0}
 end

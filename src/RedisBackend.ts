@@ -21,6 +21,7 @@ import type { HandOverResult } from "./internal/handOver.js"
 import { releaseHandingOver } from "./internal/handOver.js"
 import { makeKeyLayout, unlockMessage } from "./internal/redisKeys.js"
 import { loadScripts, readScripts, runScript, type Script } from "./internal/redisScripts.js"
+import { makeWriteBatcher } from "./internal/writeBatch.js"
 import { makeWaiterQueue } from "./internal/waiterQueue.js"
 
 /**
@@ -287,6 +288,19 @@ export const make = (
       catch: (cause) => fail("load-scripts", undefined, cause)
     })
 
+    const batch = makeWriteBatcher(command)
+    /** Run a script on the command connection, its write batched with the others of this turn. */
+    const runCommandScript = (
+      script: Script,
+      keys: ReadonlyArray<string>,
+      args: ReadonlyArray<string>,
+      onReply: (reply: unknown) => void,
+      onError: (error: unknown) => void
+    ) => {
+      batch()
+      runScript(command, script, keys, args, onReply, onError)
+    }
+
     // --- the command budget -------------------------------------------------------------------------
     //
     // Every call gets `commandTimeout` from the moment it is made, in total. While the command
@@ -402,7 +416,7 @@ export const make = (
     ): Effect.Effect<A, LockBackendError> =>
       budgeted(
         Effect.async<A, LockBackendError>((resume) => {
-          runScript(command, script, keys, args, (reply) => {
+          runCommandScript(script, keys, args, (reply) => {
             const value = decode(reply)
             resume(value === undefined ? Effect.fail(unexpected(operation, key, reply)) : Effect.succeed(value))
           }, (cause) => resume(Effect.fail(fail(operation, key, cause))))
@@ -432,7 +446,7 @@ export const make = (
         ).pipe(Effect.annotateLogs("error", error instanceof Error ? error.message : String(error)))))
       const send = () => {
         const [keys, args] = releaseArgs(request.key, request.owner)
-        runScript(command, scripts.release, keys, args, (reply) => {
+        runCommandScript(scripts.release, keys, args, (reply) => {
           if (reply !== -1) {
             runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
           }
@@ -465,7 +479,7 @@ export const make = (
         Effect.async<A, LockBackendError>((resume) => {
           let abandoned = false
           let settled = false
-          runScript(command, script, keys, args, (reply) => {
+          runCommandScript(script, keys, args, (reply) => {
             settled = true
             const result = decode(reply)
             if (!abandoned) {
@@ -523,7 +537,15 @@ export const make = (
         to,
         scripts["hand-over"],
         [keys.lock, keys.channel, keys.token],
-        [from, unlockMessage, to.owner, String(to.leaseMillis), to.fencing ? "1" : "0"],
+        [
+          from,
+          unlockMessage,
+          to.owner,
+          String(to.leaseMillis),
+          to.fencing ? "1" : "0",
+          // Our own subscriber among the channel's: any other one is a client elsewhere that waits.
+          subscribedChannels.has(keys.channel) ? "1" : "0"
+        ],
         decodeHandOver,
         (result) => result._tag === "HandedOver"
       )
@@ -532,7 +554,10 @@ export const make = (
     // A server that refuses the hand-over script (an ACL user without `pubsub|numsub`, a Redis
     // older than 5.0) still gets plain releases: hand-overs stop for this backend, once, with a warning.
     let handOverRefused = false
-    const refusedByServer = (error: LockBackendError) => error.cause instanceof Error && error.cause.name === "ReplyError"
+    // Only refusals of the script itself; any other error (OOM, BUSY, ...) is a failed release.
+    const refusedByServer = (error: LockBackendError) =>
+      error.cause instanceof Error && error.cause.name === "ReplyError" &&
+      /NOPERM|can't run this command|unknown command|non deterministic/i.test(error.cause.message)
     const handOverOrRelease = (key: string, from: string, to: LockRequest): Effect.Effect<HandOverResult, LockBackendError> =>
       handOver(key, from, to).pipe(
         Effect.catchIf(refusedByServer, (error) => {
@@ -570,8 +595,17 @@ export const make = (
         Effect.annotateLogs("error", error instanceof Error ? error.message : String(error))
       )
 
+    // Channels this backend's subscriber is known to be subscribed to (SUBSCRIBE answered, and the
+    // connection not lost since). A hand-over counts on it: see `handOver`.
+    const subscribedChannels = new Set<string>()
+
     const subscribeChannels = (channels: ReadonlyArray<string>) =>
       channels.length === 0 ? Effect.void : Effect.tryPromise(() => subscriber.subscribe(...channels)).pipe(
+        Effect.tap(() =>
+          Effect.sync(() => {
+            for (const channel of channels) subscribedChannels.add(channel)
+          })
+        ),
         Effect.asVoid,
         Effect.catchAll((error) => logSubscriptionFailure("SUBSCRIBE", channels)(error.error))
       )
@@ -581,6 +615,7 @@ export const make = (
       onFirst: (key) => subscribeChannels([layout.channelOf(key)]),
       onLast: (key) => {
         const channel = layout.channelOf(key)
+        subscribedChannels.delete(channel)
         return Effect.tryPromise(() => subscriber.unsubscribe(channel)).pipe(
           Effect.asVoid,
           Effect.catchAll((error) => logSubscriptionFailure("UNSUBSCRIBE", [channel])(error.error))
@@ -594,6 +629,7 @@ export const make = (
     }
     // Releases published while the subscriber was away were missed: resubscribe, then wake one
     // waiter per key to try again.
+    const onSubscriberClose = () => subscribedChannels.clear()
     const onSubscriberReady = () => {
       runFork(
         Effect.suspend(() => subscribeChannels(queue.waitingKeys().map(layout.channelOf))).pipe(
@@ -604,11 +640,13 @@ export const make = (
     yield* Effect.acquireRelease(
       Effect.sync(() => {
         subscriber.on("message", onMessage)
+        subscriber.on("close", onSubscriberClose)
         subscriber.on("ready", onSubscriberReady)
       }),
       () =>
         Effect.sync(() => {
           subscriber.off("message", onMessage)
+          subscriber.off("close", onSubscriberClose)
           subscriber.off("ready", onSubscriberReady)
         })
     )

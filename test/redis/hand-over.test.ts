@@ -86,6 +86,39 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
       }).pipe(Effect.provideService(LockBackend, backend))
     }))
 
+  it.scopedLive("with this process's own subscription missing (SUBSCRIBE refused), a single other subscriber still gets the notification", () =>
+    Effect.gen(function*() {
+      const server = yield* redisServer()
+      const redis = yield* admin(server.url)
+      // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
+      yield* cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe")
+      const backend = yield* RedisBackend.make({ url: `redis://nosub:pw@127.0.0.1:${server.port}` })
+      const other = yield* admin(server.url)
+      const messages: Array<string> = []
+      other.on("message", (_channel: string, message: string) => messages.push(message))
+      yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
+      yield* Effect.gen(function*() {
+        const release = yield* Deferred.make<void>()
+        const holder = yield* holding("k", release)
+        const inside = yield* Deferred.make<bigint>()
+        const leave = yield* Deferred.make<void>()
+        const waiter = yield* Effect.fork(withLock("k", (lease) =>
+          Effect.zipRight(Deferred.succeed(inside, lease.fencingToken), Deferred.await(leave)), {
+          retry: Schedule.spaced("100 millis")
+        }))
+        yield* eventually(Effect.sync(() => backend.localWaiters("k") >= 1), 5_000, "the waiter queued")
+        yield* Effect.sleep(50)
+        yield* Deferred.succeed(release, void 0)
+        yield* Fiber.join(holder.fiber)
+        // The local waiter got in by its schedule; while it holds the lock, the other client has
+        // had the holder's notification (the waiter's own release has not happened yet).
+        assert.strictEqual(yield* Deferred.await(inside), holder.token + 1n)
+        yield* eventually(Effect.sync(() => messages.length >= 1), 5_000, "the holder's notification")
+        yield* Deferred.succeed(leave, void 0)
+        yield* Fiber.join(waiter)
+      }).pipe(Effect.provideService(LockBackend, backend))
+    }))
+
   it.scopedLive("the receiver is interrupted while the hand-over is in flight: the lock is released for it and goes to the next waiter", () =>
     Effect.gen(function*() {
       const server = yield* redisServer()
