@@ -26,9 +26,14 @@ import { Mutex } from "redis-semaphore"
 import type { default as RedlockClass } from "../node_modules/redlock/dist/index.js"
 // @ts-expect-error redlock 5.0.0-beta.2's "exports" map has no "types" entry, so NodeNext cannot see its typings
 import RedlockModule from "redlock"
-import { withLock as effectLockWithLock } from "../src/Lock.js"
-import { LockBackend } from "../src/LockBackend.js"
-import * as RedisBackend from "../src/RedisBackend.js"
+
+// effect-lock runs from its build (`dist/`, which `npm run bench` makes first with `npm run build`):
+// the JavaScript its users install, not the TypeScript sources through tsx's loader. The path is a
+// variable so that type-checking does not need a build.
+const effectLockBuild = "../dist/index.js"
+const { LockBackend, RedisBackend, withLock: effectLockWithLock } = (await import(
+  effectLockBuild
+)) as typeof import("../src/index.js")
 
 /** Any failure a library reports from `withLock`. */
 export class LockFailure extends Data.TaggedError("LockFailure")<{

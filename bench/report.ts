@@ -529,7 +529,8 @@ ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n
 - **Fibers for everyone.** The bench drives every library from Effect fibers. The promise-based peers
   are wrapped in \`Effect.async\` (well under a microsecond per call), and each peer gets the plain
   \`new Redis(url)\` its README shows. effect-lock uses \`RedisBackend.layer({ url })\`, which opens one
-  command connection and one subscriber connection.
+  command connection and one subscriber connection, and runs from its build (\`dist/\`, made by
+  \`npm run build\` before the bench starts), as its users run it.
 - **Polling is part of the result.** redlock retries every 200 ± 100 ms, redis-semaphore every
   10 ms, effect-distributed-lock every 100 ms (plus a pub/sub subscription per waiter). A waiter on
   effect-lock sleeps until a release in its own process hands it the lock (in that release's round
