@@ -44,7 +44,17 @@ export class LockFailure extends Data.TaggedError("LockFailure")<{
 export interface LockClient {
   /** Run `body` while holding the lock on `key`, waiting for it as long as it takes. */
   readonly withLock: <A>(key: string, body: Effect.Effect<A>) => Effect.Effect<A, LockFailure>
+  /**
+   * The services `withLock` reads from the context (the Effect-based libraries' backends), which
+   * `withClient` provides once around a whole scenario, as an application provides its layers once
+   * at the top, rather than on every call. Empty for the promise-based peers.
+   */
+  readonly context: Context.Context<never>
 }
+
+/** A call whose requirements the scenario's context (`LockClient.context`) meets. */
+const inScenarioContext = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E> =>
+  effect as unknown as Effect.Effect<A, E>
 
 export interface LockLibrary {
   readonly name: string
@@ -158,10 +168,10 @@ export const effectLock: LockLibrary = {
         const backend = Context.get(context, LockBackend)
         return {
           withLock: (key, body) =>
-            effectLockWithLock(key, body).pipe(
-              Effect.provideService(LockBackend, backend),
+            inScenarioContext(effectLockWithLock(key, body)).pipe(
               Effect.mapError((cause) => new LockFailure({ library: "effect-lock", cause }))
-            )
+            ),
+          context: Context.make(LockBackend, backend) as Context.Context<never>
         }
       }
     )
@@ -200,7 +210,8 @@ export const redlock: LockLibrary = {
               Effect.onInterrupt(() => Effect.sync(() => (abandoned = true))),
               Effect.map((a) => a as A)
             )
-          })
+          }),
+        context: Context.empty()
       } satisfies LockClient
     })
 }
@@ -237,7 +248,8 @@ export const redisSemaphore: LockLibrary = {
               )),
               (mutex) => Effect.ensuring(restore(body), release(mutex))
             )
-          )
+          ),
+        context: Context.empty()
       } satisfies LockClient
     })
 }
@@ -264,10 +276,10 @@ export const effectDistributedLock: LockLibrary = {
         })
       return {
         withLock: <A>(key: string, body: Effect.Effect<A>) =>
-          Effect.flatMap(semaphore(key), (sem) => sem.withPermits(1)(body)).pipe(
-            Effect.provide(context),
+          inScenarioContext(Effect.flatMap(semaphore(key), (sem) => sem.withPermits(1)(body))).pipe(
             Effect.mapError((cause) => new LockFailure({ library, cause }))
-          )
+          ),
+        context: context as Context.Context<never>
       } satisfies LockClient
     })
 }

@@ -17,8 +17,9 @@ export interface BenchContext {
 export const window = (ctx: BenchContext, ms: number): number => Math.max(100, Math.round(ms * ctx.scale))
 
 /**
- * Run `f` with a freshly opened client of `library` on an empty server (`FLUSHALL`); the client
- * and everything it opened is closed afterwards.
+ * Run `f` with a freshly opened client of `library` on an empty server (`FLUSHALL`), inside the
+ * client's context (its services, provided once); the client and everything it opened is closed
+ * afterwards.
  */
 export const withClient = <A, E>(
   ctx: BenchContext,
@@ -29,7 +30,7 @@ export const withClient = <A, E>(
     Effect.gen(function*() {
       yield* Effect.promise(() => ctx.admin.flushAll())
       const client = yield* library.open(ctx.url)
-      return yield* f(client)
+      return yield* Effect.provide(f(client), client.context)
     })
   )
 
