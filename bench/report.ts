@@ -374,12 +374,14 @@ ${
   }
 
 The hold and the work outside are \`Effect.sleep("1 millis")\`, which a timer makes a little over 1 ms
-(about ${dec(holdMillis(results) ?? NaN, 2)} ms here). With 16 workers the lock is wanted nearly all the time,
-so a perfect lock would pass it on the moment it is released: at most about ${int(1000 / (holdMillis(results) ?? NaN))}
-acquisitions/s, and every worker waiting for the other 15 (roughly 15 × the hold). *Wait* is from asking for the lock to running inside it. *Hand-off gap* is from one holder
-leaving the critical section to the next one entering it: the release, the notification or the poll
-that finds the lock free, and the acquisition (with ${raw2(results)}). *Fairness* is the fewest
-acquisitions any worker got divided by the most. *Re-grabs* is the share of acquisitions that went to
+(about ${dec(holdMillis(results) ?? NaN, 2)} ms here). With 16 workers the lock is wanted nearly all the
+time, so a perfect lock would pass it on the moment it is released: at most about
+${int(1000 / (holdMillis(results) ?? NaN))} acquisitions/s, and every worker waiting for the other 15
+(roughly 15 × the hold). *Wait* is from asking for the lock to running inside it. *Hand-off gap* is
+from one holder leaving the critical section to the next one entering it: the release, the
+notification or the poll that finds the lock free, and the acquisition; for effect-lock, whose 16
+workers share one process, a single hand-over call that releases and grants at once (with
+${raw2(results)}). *Fairness* is the fewest acquisitions any worker got divided by the most. *Re-grabs* is the share of acquisitions that went to
 the worker that had just released: it came back after its 1 ms outside and found the lock free
 because the others were still sleeping out their poll interval. A polling lock can post a high rate
 that way while most workers starve; the fairness and wait columns show the price. *Overlaps* counts
