@@ -141,6 +141,18 @@ const decodeInspect = (key: string) => (reply: unknown): Option.Option<LockInfo>
   return Option.some({ key, holders, ttlMillis: reply[0] < 0 ? undefined : reply[0] })
 }
 
+/** `handlers` on `redis`'s events for the lifetime of the scope. */
+const listen = (redis: Redis, handlers: Readonly<Record<string, Parameters<Redis["on"]>[1]>>) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      for (const [event, handler] of Object.entries(handlers)) redis.on(event, handler)
+    }),
+    () =>
+      Effect.sync(() => {
+        for (const [event, handler] of Object.entries(handlers)) redis.off(event, handler)
+      })
+  )
+
 const ownOptions = (commandTimeout: number): RedisOptions => ({
   lazyConnect: true,
   // Off: with auto-pipelining every call waits for the next tick and goes out as a pipeline of its
@@ -315,18 +327,8 @@ export const make = (
     const onCommandReady = settleWaiters(true)
     // "end": ioredis gave up reconnecting (its retryStrategy) or the connection was closed.
     const onCommandEnd = settleWaiters(false)
-    yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        command.on("ready", onCommandReady)
-        command.on("end", onCommandEnd)
-      }),
-      () =>
-        Effect.sync(() => {
-          command.off("ready", onCommandReady)
-          command.off("end", onCommandEnd)
-          onCommandEnd()
-        })
-    )
+    yield* Effect.addFinalizer(() => Effect.sync(onCommandEnd))
+    yield* listen(command, { ready: onCommandReady, end: onCommandEnd })
 
     // Connected, and nothing queued for the connection: calls queued while it was away (a
     // compensating release first of all) go out before any new one.
@@ -637,19 +639,7 @@ export const make = (
         )
       )
     }
-    yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        subscriber.on("message", onMessage)
-        subscriber.on("close", onSubscriberClose)
-        subscriber.on("ready", onSubscriberReady)
-      }),
-      () =>
-        Effect.sync(() => {
-          subscriber.off("message", onMessage)
-          subscriber.off("close", onSubscriberClose)
-          subscriber.off("ready", onSubscriberReady)
-        })
-    )
+    yield* listen(subscriber, { message: onMessage, close: onSubscriberClose, ready: onSubscriberReady })
 
     return LockBackend.of({
       name: backend,
