@@ -6,6 +6,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Option, Schedule } from "effect"
+import type { Scope } from "effect"
 import type { Redis } from "ioredis"
 import type { LockBackendShape, LockOptions } from "../../src/index.js"
 import { LockBackend, withLock } from "../../src/index.js"
@@ -43,13 +44,34 @@ const waiting = (backend: LockBackendShape, key: string, count: number, options:
     return fiber
   })
 
+interface Env {
+  /** An admin connection. */
+  readonly redis: Redis
+  readonly url: string
+  readonly backend: LockBackendShape
+}
+
+/**
+ * A fresh redis-server, an admin connection to it, and a backend on it provided as the
+ * `LockBackend` service to `body`. `prepare` may set the server up first and return the URL the
+ * backend connects with (a user's, say).
+ */
+const onFreshServer = <A, E>(
+  body: (env: Env) => Effect.Effect<A, E, LockBackend | Scope.Scope>,
+  prepare: (redis: Redis, port: number) => Effect.Effect<string> = (_, port) =>
+    Effect.succeed(`redis://127.0.0.1:${port}`)
+) =>
+  Effect.gen(function*() {
+    const server = yield* redisServer()
+    const redis = yield* admin(server.url)
+    const backend = yield* RedisBackend.make({ url: yield* prepare(redis, server.port) })
+    return yield* body({ redis, url: server.url, backend }).pipe(Effect.provideService(LockBackend, backend))
+  })
+
 describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
   it.scopedLive("a release hands the lock to the parked local waiter in one call: no notification, no attempt of its own", () =>
-    Effect.gen(function*() {
-      const server = yield* redisServer()
-      const redis = yield* admin(server.url)
-      const backend = yield* RedisBackend.make({ url: server.url })
-      yield* Effect.gen(function*() {
+    onFreshServer(({ backend, redis }) =>
+      Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const waiter = yield* waiting(backend, "k", 1)
@@ -62,18 +84,15 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual((yield* calls(redis, "evalsha")) - evalsBefore, 2, "no acquire attempt by the receiver")
         assert.strictEqual((yield* calls(redis, "publish")) - publishesBefore, 1, "only the last release published")
         assert.isTrue(Option.isNone(yield* backend.inspect("k")))
-      }).pipe(Effect.provideService(LockBackend, backend))
-    }))
+      })))
 
   it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
-    Effect.gen(function*() {
-      const server = yield* redisServer()
-      const backend = yield* RedisBackend.make({ url: server.url })
-      const other = yield* admin(server.url)
-      const messages: Array<string> = []
-      other.on("message", (_channel: string, message: string) => messages.push(message))
-      yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
-      yield* Effect.gen(function*() {
+    onFreshServer(({ backend, url }) =>
+      Effect.gen(function*() {
+        const other = yield* admin(url)
+        const messages: Array<string> = []
+        other.on("message", (_channel: string, message: string) => messages.push(message))
+        yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const waiter = yield* waiting(backend, "k", 1)
@@ -83,21 +102,15 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
         yield* eventually(Effect.sync(() => messages.length >= 2), 5_000, "both releases published")
         assert.deepStrictEqual(messages, ["0", "0"])
-      }).pipe(Effect.provideService(LockBackend, backend))
-    }))
+      })))
 
   it.scopedLive("with this process's own subscription missing (SUBSCRIBE refused), a single other subscriber still gets the notification", () =>
-    Effect.gen(function*() {
-      const server = yield* redisServer()
-      const redis = yield* admin(server.url)
-      // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
-      yield* cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe")
-      const backend = yield* RedisBackend.make({ url: `redis://nosub:pw@127.0.0.1:${server.port}` })
-      const other = yield* admin(server.url)
-      const messages: Array<string> = []
-      other.on("message", (_channel: string, message: string) => messages.push(message))
-      yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
-      yield* Effect.gen(function*() {
+    onFreshServer(({ backend, url }) =>
+      Effect.gen(function*() {
+        const other = yield* admin(url)
+        const messages: Array<string> = []
+        other.on("message", (_channel: string, message: string) => messages.push(message))
+        yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const inside = yield* Deferred.make<bigint>()
@@ -116,15 +129,17 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         yield* eventually(Effect.sync(() => messages.length >= 1), 5_000, "the holder's notification")
         yield* Deferred.succeed(leave, void 0)
         yield* Fiber.join(waiter)
-      }).pipe(Effect.provideService(LockBackend, backend))
-    }))
+      }),
+      // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
+      (redis, port) =>
+        Effect.as(
+          cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe"),
+          `redis://nosub:pw@127.0.0.1:${port}`
+        )))
 
   it.scopedLive("the receiver is interrupted while the hand-over is in flight: the lock is released for it and goes to the next waiter", () =>
-    Effect.gen(function*() {
-      const server = yield* redisServer()
-      const redis = yield* admin(server.url)
-      const backend = yield* RedisBackend.make({ url: server.url })
-      yield* Effect.gen(function*() {
+    onFreshServer(({ backend, redis }) =>
+      Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const first = yield* waiting(backend, "k", 1)
@@ -140,15 +155,11 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(second), holder.token + 2n)
         assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
         assert.strictEqual(backend.localWaiters("k"), 0)
-      }).pipe(Effect.provideService(LockBackend, backend))
-    }))
+      })))
 
   it.scopedLive("the receiver's wait runs out while the hand-over is in flight: it waits for it and holds the lock", () =>
-    Effect.gen(function*() {
-      const server = yield* redisServer()
-      const redis = yield* admin(server.url)
-      const backend = yield* RedisBackend.make({ url: server.url })
-      yield* Effect.gen(function*() {
+    onFreshServer(({ backend, redis }) =>
+      Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const waiter = yield* waiting(backend, "k", 1, { wait: "300 millis" })
@@ -158,6 +169,5 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
         yield* Fiber.join(holder.fiber)
         assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
-      }).pipe(Effect.provideService(LockBackend, backend))
-    }))
+      })))
 })
