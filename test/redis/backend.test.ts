@@ -281,7 +281,7 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
           // Three rounds of a release with a parked waiter: the first is refused and falls back.
           const tokens: Array<bigint> = []
           for (let round = 0; round < 3; round++) {
-            const holder = yield* Effect.fork(withLock(key, (lease) => Effect.as(Effect.sleep(100), lease.fencingToken)))
+            const holder = yield* Effect.fork(withLock(key, (lease) => Effect.as(Effect.sleep(300), lease.fencingToken)))
             yield* Effect.sleep(30)
             const waiter = yield* Effect.fork(
               withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })

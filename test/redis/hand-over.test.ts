@@ -32,15 +32,28 @@ const holding = (key: string, release: Deferred.Deferred<void>) =>
     return { fiber, token }
   })
 
-/** A waiter on `key` that records its token; parked once `localWaiters` counts it. */
-const waiting = (backend: LockBackendShape, key: string, count: number, options: LockOptions = {}) =>
+/**
+ * A waiter on `key` that returns its token, once it is parked: queued (`localWaiters` counts it)
+ * and done with its attempts (no script call for 100 ms; its schedule would wait a minute).
+ */
+const waiting = (redis: Redis, backend: LockBackendShape, key: string, count: number, options: LockOptions = {}) =>
   Effect.gen(function*() {
     const fiber = yield* Effect.fork(
       withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds"), ...options })
     )
     yield* eventually(Effect.sync(() => backend.localWaiters(key) >= count), 5_000, `waiter ${count} queued`)
-    // Past its attempts: parked in the queue.
-    yield* Effect.sleep(50)
+    let before = -1
+    yield* eventually(
+      Effect.gen(function*() {
+        const now = yield* calls(redis, "evalsha")
+        const quiet = now === before
+        before = now
+        if (!quiet) yield* Effect.sleep(100)
+        return quiet
+      }),
+      5_000,
+      `waiter ${count} parked`
+    )
     return fiber
   })
 
@@ -74,7 +87,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
       Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
-        const waiter = yield* waiting(backend, "k", 1)
+        const waiter = yield* waiting(redis, backend, "k", 1)
         const [evalsBefore, publishesBefore] = [yield* calls(redis, "evalsha"), yield* calls(redis, "publish")]
         yield* Deferred.succeed(release, void 0)
         yield* Fiber.join(holder.fiber)
@@ -87,7 +100,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
       })))
 
   it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
-    onFreshServer(({ backend, url }) =>
+    onFreshServer(({ backend, redis, url }) =>
       Effect.gen(function*() {
         const other = yield* admin(url)
         const messages: Array<string> = []
@@ -95,7 +108,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
-        const waiter = yield* waiting(backend, "k", 1)
+        const waiter = yield* waiting(redis, backend, "k", 1)
         yield* Deferred.succeed(release, void 0)
         yield* Fiber.join(holder.fiber)
         // The local waiter still gets in, woken by the same notification the other client got.
@@ -142,8 +155,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
       Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
-        const first = yield* waiting(backend, "k", 1)
-        const second = yield* waiting(backend, "k", 2)
+        const first = yield* waiting(redis, backend, "k", 1)
+        const second = yield* waiting(redis, backend, "k", 2)
         // Writes (scripts included) wait until the pause ends: the hand-over to `first` is in flight.
         yield* cmd(redis, "CLIENT", "PAUSE", 500, "WRITE")
         yield* Deferred.succeed(release, void 0)
@@ -162,7 +175,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
       Effect.gen(function*() {
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
-        const waiter = yield* waiting(backend, "k", 1, { wait: "300 millis" })
+        const waiter = yield* waiting(redis, backend, "k", 1, { wait: "300 millis" })
         yield* cmd(redis, "CLIENT", "PAUSE", 600, "WRITE")
         yield* Deferred.succeed(release, void 0)
         // The waiter's 300 ms run out during the pause; the hand-over then lands.
