@@ -12,7 +12,7 @@ import { readScripts } from "../../src/internal/redisScripts.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import type { RedisServer } from "../support/redisServer.js"
 import { redisServer, skipRedis, startRedisServer } from "../support/redisServer.js"
-import { admin, captureLogs, clientConnections, cmd, eventually } from "./helpers.js"
+import { admin, captureLogs, clientConnections, cmd, eventually, listen } from "./helpers.js"
 
 const skip = skipRedis()
 const skipOwn = skip || skipRedis(true)
@@ -30,16 +30,6 @@ const request = (key: string, owner: string, leaseMillis = 10_000, fencing = tru
 const acquired = (backend: LockBackendShape, key: string, owner: string, leaseMillis = 10_000) =>
   Effect.flatMap(backend.tryAcquire(request(key, owner, leaseMillis)), (result) =>
     result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
-
-/** Messages received on `channel` by a separate subscriber connection (subscribed on return). */
-const listen = (url: string, channel: string) =>
-  Effect.gen(function*() {
-    const sub = yield* admin(url)
-    const messages: Array<string> = []
-    sub.on("message", (_channel: string, message: string) => messages.push(message))
-    yield* Effect.promise(() => sub.subscribe(channel))
-    return messages
-  })
 
 describe.skipIf(skip)("RedisBackend on a shared test server", () => {
   let server: RedisServer

@@ -12,7 +12,7 @@ import type { LockBackendShape, LockOptions } from "../../src/index.js"
 import { LockBackend, withLock } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import { redisServer, skipRedis } from "../support/redisServer.js"
-import { admin, cmd, eventually } from "./helpers.js"
+import { admin, cmd, eventually, listen } from "./helpers.js"
 
 /** Calls of `name` in `INFO commandstats`, script-internal calls included. */
 const calls = (redis: Redis, name: string) =>
@@ -102,10 +102,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
   it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
     onFreshServer(({ backend, redis, url }) =>
       Effect.gen(function*() {
-        const other = yield* admin(url)
-        const messages: Array<string> = []
-        other.on("message", (_channel: string, message: string) => messages.push(message))
-        yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
+        // Another client waiting on the key: subscribed to its release channel.
+        const messages = yield* listen(url, "redisson_lock__channel:{k}")
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const waiter = yield* waiting(redis, backend, "k", 1)
@@ -120,10 +118,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
   it.scopedLive("with this process's own subscription missing (SUBSCRIBE refused), a single other subscriber still gets the notification", () =>
     onFreshServer(({ backend, url }) =>
       Effect.gen(function*() {
-        const other = yield* admin(url)
-        const messages: Array<string> = []
-        other.on("message", (_channel: string, message: string) => messages.push(message))
-        yield* Effect.promise(() => other.subscribe("redisson_lock__channel:{k}"))
+        // Another client waiting on the key: subscribed to its release channel.
+        const messages = yield* listen(url, "redisson_lock__channel:{k}")
         const release = yield* Deferred.make<void>()
         const holder = yield* holding("k", release)
         const inside = yield* Deferred.make<bigint>()

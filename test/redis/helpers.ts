@@ -57,4 +57,14 @@ export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>, millis = 1
     }
   })
 
+/** Messages received on `channel` by a separate subscriber connection (subscribed on return). */
+export const listen = (url: string, channel: string) =>
+  Effect.gen(function*() {
+    const sub = yield* admin(url)
+    const messages: Array<string> = []
+    sub.on("message", (_channel: string, message: string) => messages.push(message))
+    yield* Effect.promise(() => sub.subscribe(channel))
+    return messages
+  })
+
 export type { RedisServer }
