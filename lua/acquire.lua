@@ -13,6 +13,12 @@
 -- The first two branches are Redisson's tryLockInnerAsync: a free lock is created with a hold
 -- count of 1, and an owner already in the hash gets its count incremented and its lease reset.
 -- A re-entry returns the current token rather than drawing a new one.
+--
+-- The lease is checked before the first write: Redis does not roll a script back, and a lock hash
+-- written before a failing PEXPIRE would never expire.
+if not string.match(ARGV[1], '^[1-9][0-9]*$') or tonumber(ARGV[1]) > 2147483647 then
+  return redis.error_reply('ERR effect-lock: the lease must be a whole number of milliseconds in [1, 2147483647], got ' .. ARGV[1])
+end
 if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])

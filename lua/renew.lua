@@ -1,17 +1,32 @@
--- renew.lua: extend the lease if, and only if, the owner still holds the lock.
+-- renew.lua: extend each lease if, and only if, its owner still holds the lock; many locks in one
+-- call (the renewals that came due together), as Redisson 4.7's LockTask renews up to 100 locks in
+-- one script.
 --
--- KEYS[1]  the lock hash
--- ARGV[1]  the new lease in milliseconds
--- ARGV[2]  the owner id (the hash field)
+-- KEYS[i]      the i-th lock hash
+-- ARGV[2i-1]   its new lease in milliseconds
+-- ARGV[2i]     its owner id (the hash field)
 --
--- Returns   1  renewed
---           0  stolen: the lock exists but the owner is not in it
---          -1  expired: there is no lock at all
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return 1
+-- Returns  a table with one entry per key, in order:
+--            1  renewed
+--            0  stolen: the lock exists but the owner is not in it
+--           -1  expired: there is no lock at all
+--
+-- Every lease is checked before the first write (Redis does not roll a script back).
+for i = 1, #KEYS do
+  local lease = ARGV[2 * i - 1]
+  if lease == nil or not string.match(lease, '^[1-9][0-9]*$') or tonumber(lease) > 2147483647 then
+    return redis.error_reply('ERR effect-lock: lease ' .. i .. ' must be a whole number of milliseconds in [1, 2147483647], got ' .. tostring(lease))
+  end
 end
-if redis.call('exists', KEYS[1]) == 1 then
-  return 0
+local result = {}
+for i = 1, #KEYS do
+  if redis.call('hexists', KEYS[i], ARGV[2 * i]) == 1 then
+    redis.call('pexpire', KEYS[i], ARGV[2 * i - 1])
+    result[i] = 1
+  elseif redis.call('exists', KEYS[i]) == 1 then
+    result[i] = 0
+  else
+    result[i] = -1
+  end
 end
-return -1
+return result

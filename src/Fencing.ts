@@ -17,10 +17,9 @@
  * @since 0.1.0
  */
 import { Effect, Option, Schema } from "effect"
-import { createHash } from "node:crypto"
-import { readFileSync } from "node:fs"
-import type { Redis } from "ioredis"
-import { LockBackendError } from "./LockError.js"
+import { redisError, unexpectedReply } from "./internal/redis/errors.js"
+import * as internalScripts from "./internal/redis/scripts.js"
+import type { LockBackendError } from "./LockError.js"
 
 /**
  * A write carried a fencing token older than one the resource has already accepted: a newer
@@ -78,6 +77,15 @@ export const makeMemory: Effect.Effect<Fence> = Effect.sync(() => {
 })
 
 /**
+ * What `redisSet` needs of a Redis client: ioredis' `evalsha` and `eval`. An ioredis `Redis` or
+ * `Cluster` is one; the type is structural so that this module needs no ioredis types.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type ScriptClient = internalScripts.ScriptClient
+
+/**
  * @since 0.1.0
  * @category models
  */
@@ -94,14 +102,17 @@ export interface RedisSetOptions {
   readonly fenceKey?: string | undefined
 }
 
-let fencedSet: { readonly source: string; readonly sha: string } | undefined
-const fencedSetScript = () => {
-  if (fencedSet === undefined) {
-    const source = readFileSync(new URL("../lua/fenced-set.lua", import.meta.url), "utf8")
-    fencedSet = { source, sha: createHash("sha1").update(source).digest("hex") }
+const fencedSet = internalScripts.defineScript({
+  name: "fenced-set",
+  encode: (key: string, fenceKey: string, token: bigint, value: string) =>
+    [[key, fenceKey], [token.toString(), value]] as const,
+  decode: (reply): { readonly written: boolean; readonly highest: bigint } | undefined => {
+    if (!Array.isArray(reply)) return undefined
+    const [written, highest] = reply as [unknown, unknown]
+    if ((written !== 0 && written !== 1) || typeof highest !== "string" || !/^\d+$/.test(highest)) return undefined
+    return { written: written === 1, highest: BigInt(highest) }
   }
-  return fencedSet
-}
+})
 
 /**
  * SET `key` to `value` in Redis only if `token` is not older than the newest token that wrote it,
@@ -111,29 +122,26 @@ const fencedSetScript = () => {
  * @category redis
  */
 export const redisSet = (
-  client: Redis,
+  client: ScriptClient,
   options: RedisSetOptions
 ): Effect.Effect<void, FencingTokenRejectedError | LockBackendError> =>
-  Effect.suspend(() => {
-    const script = fencedSetScript()
-    const fenceKey = options.fenceKey ?? `fence:{${options.key}}`
-    const args = [options.key, fenceKey, options.token.toString(), options.value] as const
-    return Effect.tryPromise({
-      try: () =>
-        client.evalsha(script.sha, 2, ...args).catch((error: unknown) =>
-          error instanceof Error && error.message.startsWith("NOSCRIPT")
-            ? client.eval(script.source, 2, ...args)
-            : Promise.reject(error)
-        ),
-      catch: (cause) => new LockBackendError({ backend: "redis", operation: "fenced set", key: options.key, cause })
-    })
-  }).pipe(
-    Effect.flatMap((reply) => {
-      const [written, highest] = reply as [number, string]
-      return written === 1
-        ? Effect.void
-        : Effect.fail(
-          new FencingTokenRejectedError({ resource: options.key, token: options.token, highest: BigInt(highest) })
+  Effect.async<{ readonly written: boolean; readonly highest: bigint }, LockBackendError>((resume) => {
+    internalScripts.runScript(
+      client,
+      fencedSet,
+      [options.key, options.fenceKey ?? `fence:{${options.key}}`, options.token, options.value],
+      (reply) => {
+        const decoded = fencedSet.decode(reply)
+        resume(
+          decoded === undefined ? Effect.fail(unexpectedReply("fenced-set", options.key, reply)) : Effect.succeed(decoded)
         )
-    })
+      },
+      (cause) => resume(Effect.fail(redisError("fenced-set", options.key, cause)))
+    )
+  }).pipe(
+    Effect.flatMap(({ highest, written }) =>
+      written
+        ? Effect.void
+        : Effect.fail(new FencingTokenRejectedError({ resource: options.key, token: options.token, highest }))
+    )
   )

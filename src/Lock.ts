@@ -17,24 +17,18 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Deferred, Effect, Exit, FiberId, FiberRef, Metric, Option } from "effect"
-import type { LockBackendShape, LockInfo, LockRequest } from "./LockBackend.js"
+import { Effect, FiberRef, Option } from "effect"
 import { LockBackend } from "./LockBackend.js"
+import type { LockInfo } from "./LockBackend.js"
 import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "./LockError.js"
-import type { Acquired } from "./internal/acquire.js"
-import { acquireOnce, acquireWaiting } from "./internal/acquire.js"
-import type { Hold } from "./internal/hold.js"
-import { makeHold, releaseOne, runGuarded } from "./internal/hold.js"
-import type { Lease } from "./internal/lease.js"
-import { makeLease } from "./internal/lease.js"
-import * as metrics from "./internal/metrics.js"
-import type { BusyInfo, LockOptions, ResolvedOptions } from "./internal/options.js"
-import { resolveOptions, validateKey } from "./internal/options.js"
-import type { Owner, Pending } from "./internal/owner.js"
-import { currentOwner, makeOwner } from "./internal/owner.js"
+import type { Program } from "./internal/lock/enter.js"
+import { enterScoped, once, runLocked, waiting } from "./internal/lock/enter.js"
+import type { Lease } from "./internal/lock/lease.js"
+import { makeLease } from "./internal/lock/lease.js"
+import type { BusyInfo, LockOptions } from "./internal/lock/options.js"
+import { resolveOptions, validateKey } from "./internal/lock/options.js"
+import { currentRegion, findKey } from "./internal/lock/region.js"
 import { withSpan } from "./internal/tracing.js"
-import { startWatchdog } from "./internal/watchdog.js"
-import type { Restore } from "./internal/restore.js"
 
 export type {
   /**
@@ -51,7 +45,15 @@ export type {
    * @since 0.1.0
    * @category options
    */
-  LockOptions
+  LockOptions,
+  /**
+   * The program run under a lock: an effect, or a function of the `Lease` (for its fencing token).
+   * An effect that is also callable (a `Context.Tag`) runs as an effect.
+   *
+   * @since 0.1.0
+   * @category models
+   */
+  Program
 }
 
 /**
@@ -62,152 +64,27 @@ export type {
  */
 export type WithLockError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
 
-/**
- * The program run under a lock: an effect, or a function of the `Lease` (for its fencing token).
- *
- * @since 0.1.0
- * @category models
- */
-export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
-
-const makePending = (): Pending => ({ _tag: "Pending", settled: undefined })
-
-const awaitSettled = (pending: Pending): Effect.Effect<void> =>
-  Deferred.await(pending.settled ??= Deferred.unsafeMake<void>(FiberId.none))
-
-/** How a fresh acquisition is attempted: once, or waiting. `undefined` means busy. */
-type Attempt<E> = (
-  backend: LockBackendShape,
-  request: LockRequest,
-  options: ResolvedOptions,
-  restore: Restore
-) => Effect.Effect<Acquired | undefined, E>
-
-const once: Attempt<LockBackendError> = (backend, request) => Effect.map(acquireOnce(backend, request), Option.getOrUndefined)
-
-const waiting: Attempt<LockTimeoutError | LockBackendError> = acquireWaiting
-
-/**
- * Enter `key` for `owner`: reenter a hold the owner already has (no backend call), wait for the
- * owner's own in-flight acquisition of the key, or acquire it fresh and start its watchdog.
- * `undefined` when attempting once and busy. Must run inside `uninterruptibleMask` (only waits go
- * through `restore`); the caller must arrange `releaseOne` for the returned hold before it leaves
- * the mask.
- */
-const enter = <E>(
-  owner: Owner,
-  key: string,
-  options: ResolvedOptions,
-  attempt: Attempt<E>,
-  restore: Restore
-): Effect.Effect<Hold | undefined, E, LockBackend> =>
-  Effect.suspend(() => {
-    const entry = owner.holds.get(key)
-    if (entry !== undefined && entry._tag === "Hold") {
-      entry.count++
-      return Effect.as(Metric.increment(metrics.reentries), entry)
-    }
-    if (entry !== undefined) {
-      return attempt === (once as Attempt<unknown>)
-        ? Effect.succeed(undefined)
-        : Effect.zipRight(restore(awaitSettled(entry)), enter(owner, key, options, attempt, restore))
-    }
-    return Effect.flatMap(LockBackend, (backend) => {
-      const pending = makePending()
-      owner.holds.set(key, pending)
-      const request: LockRequest = { key, owner: owner.id, leaseMillis: options.leaseMillis, fencing: options.fencing }
-      // The pending entry is replaced by the hold (or removed) in one synchronous step, so a
-      // sibling fiber of the same owner never sees the key as free while it is being acquired.
-      const settle = (hold: Hold | undefined) => {
-        if (hold !== undefined) owner.holds.set(key, hold)
-        else if (owner.holds.get(key) === pending) owner.holds.delete(key)
-        if (pending.settled !== undefined) Deferred.unsafeDone(pending.settled, Exit.void)
-        return hold
-      }
-      return attempt(backend, request, options, restore).pipe(
-        Effect.onError(() => Effect.sync(() => settle(undefined))),
-        Effect.flatMap((acquired) => {
-          if (acquired === undefined) return Effect.sync(() => settle(undefined))
-          const hold = settle(makeHold(owner, key, backend, options, acquired.fencingToken, acquired.startedAt))!
-          return Effect.as(Effect.zipRight(startWatchdog(hold), Metric.increment(metrics.acquisitions)), hold)
-        }),
-        withSpan("effect-lock.acquire", { key, backend: backend.name })
-      )
-    })
-  })
-
-/** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
-const runLocked = <A, E, R, E2>(
-  key: string,
-  options: ResolvedOptions,
-  attempt: Attempt<E2>,
-  program: Program<A, E, R>
-): Effect.Effect<A | undefined, E | E2 | LockLostError, R | LockBackend> =>
-  Effect.flatMap(FiberRef.get(currentOwner), (current) => {
-    // With no owner in scope the program gets a fresh one. Only the program's fiber (and what it
-    // forks) needs to see it, so it is installed there, not around the whole call.
-    const owner = current ?? makeOwner()
-    const install = current === undefined ? owner : undefined
-    return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) => {
-        if (hold === undefined) return Effect.succeed(undefined)
-        return Effect.withFiberRuntime((fiber) => {
-          // A reentry from the fiber that already runs guarded by this hold needs no guard fiber
-          // of its own: a loss interrupts this very fiber, and the outer withLock reports it.
-          const reentry = hold.count > 1 && hold.guarded?.has(fiber as never) === true
-          const guarded = reentry
-            ? restore(runProgram(program, hold))
-            : runGuarded(hold, runProgram(program, hold), restore, install)
-          return Effect.flatMap(Effect.exit(guarded), (exit) => Effect.zipRight(releaseOne(hold), exit))
-        })
-      })
-    )
-  })
-
-/** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
-const enterScoped = <E>(
-  key: string,
-  options: ResolvedOptions,
-  attempt: Attempt<E>
-): Effect.Effect<Lease | undefined, E, LockBackend | Scope.Scope> =>
-  Effect.flatMap(scopedOwner, (owner) =>
-    Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(enter(owner, key, options, attempt, restore), (hold) =>
-        hold === undefined
-          ? Effect.succeed(undefined)
-          : Effect.as(Effect.addFinalizer(() => releaseOne(hold)), makeLease(hold)))
-    ))
-
-/** The owner for the rest of the current scope, installing a fresh one when there is none. */
-const scopedOwner: Effect.Effect<Owner, never, Scope.Scope> = Effect.flatMap(FiberRef.get(currentOwner), (owner) => {
-  if (owner !== undefined) return Effect.succeed(owner)
-  const fresh = makeOwner()
-  return Effect.as(Effect.locallyScoped(currentOwner, fresh), fresh)
-})
-
-const validate = (key: string, options: LockOptions | undefined) =>
-  Effect.zip(validateKey(key), resolveOptions(options))
+const validate = (key: string, options: LockOptions | undefined) => Effect.zip(validateKey(key), resolveOptions(options))
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
-
-/** The lease is only made for a program that asks for it. */
-const runProgram = <A, E, R>(program: Program<A, E, R>, hold: Hold): Effect.Effect<A, E, R> =>
-  typeof program === "function" ? Effect.suspend(() => program(makeLease(hold))) : program
 
 const withLockImpl = <A, E, R>(
   key: string,
   program: Program<A, E, R>,
   options: LockOptions | undefined
 ): Effect.Effect<A, E | WithLockError, R | LockBackend> =>
-  Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>)
+  Effect.flatMap(
+    validate(key, options),
+    ([key, resolved]) => runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>
+  )
 
 /**
  * Run `program` while holding the lock on `key`, waiting for it as long as `options.wait` allows.
  * The lock is released when the program ends, however it ends. If the lock is lost while the
  * program runs, the program is interrupted and the result is a `LockLostError`.
  *
- * Nested `withLock` calls on a key the owner already holds enter at once, without a round trip.
+ * The hold belongs to the program: the program and the fibers it forks reenter `key` at once,
+ * without a round trip; any other fiber, even a sibling inside another lock's program, waits.
  *
  * @example
  * ```ts
@@ -233,7 +110,7 @@ export const withLock: {
     key: string,
     options?: LockOptions | undefined
   ): <A, E, R>(program: Program<A, E, R>) => Effect.Effect<A, E | WithLockError, R | LockBackend>
-} = function(this: unknown, ...args: ReadonlyArray<unknown>): any {
+} = function(...args: ReadonlyArray<unknown>) {
   const key = args[0] as string
   if (isProgram(args[1])) {
     return withLockImpl(key, args[1] as Program<unknown, unknown, unknown>, args[2] as LockOptions | undefined)
@@ -242,9 +119,14 @@ export const withLock: {
   return (program: Program<unknown, unknown, unknown>) => withLockImpl(key, program, options)
 } as never
 
+const someOf = <A, E, R>(program: Program<A, E, R>): Program<Option.Option<A>, E, R> =>
+  Effect.isEffect(program)
+    ? Effect.map(program, Option.some)
+    : (lease: Lease) => Effect.map(program(lease), Option.some)
+
 /**
  * Run `program` under the lock only if it can be had with one attempt; `None` when it is busy.
- * A key the owner already holds is entered as usual.
+ * A key the region already holds is reentered as usual.
  *
  * @since 0.1.0
  * @category combinators
@@ -261,19 +143,10 @@ export const withLockIfAvailable: {
   ): <A, E, R>(
     program: Program<A, E, R>
   ) => Effect.Effect<Option.Option<A>, E | Exclude<WithLockError, LockTimeoutError>, R | LockBackend>
-} = function(this: unknown, ...args: ReadonlyArray<unknown>): any {
+} = function(...args: ReadonlyArray<unknown>) {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
     Effect.flatMap(validate(args[0] as string, options), ([key, resolved]) =>
-      runLocked(
-        key,
-        resolved,
-        once,
-        typeof program === "function"
-          ? (lease: Lease) => Effect.map(program(lease), Option.some)
-          : Effect.map(program, Option.some)
-      ).pipe(
-        Effect.map((result) => result ?? Option.none())
-      ))
+      Effect.map(runLocked(key, resolved, once, someOf(program)), (result) => result ?? Option.none()))
   if (isProgram(args[1])) {
     return run(args[1] as Program<unknown, unknown, unknown>, args[2] as LockOptions | undefined)
   }
@@ -281,8 +154,9 @@ export const withLockIfAvailable: {
 } as never
 
 /**
- * Acquire the lock on `key` for the lifetime of the current scope, waiting as `options` allow.
- * Observe loss through `lease.lost` / `lease.guard`.
+ * Acquire the lock on `key` for the rest of the current scope, waiting as `options` allow. The
+ * scope is the hold's region: fibers running in it (and fibers that acquired into it concurrently,
+ * once joined) reenter at once. Observe loss through `lease.lost` / `lease.guard`.
  *
  * @example
  * ```ts
@@ -308,7 +182,7 @@ export const acquire = (
     Effect.map(enterScoped(key, resolved, waiting), (lease) => lease!))
 
 /**
- * One attempt to acquire `key` for the lifetime of the current scope; `None` when it is busy.
+ * One attempt to acquire `key` for the rest of the current scope; `None` when it is busy.
  *
  * @since 0.1.0
  * @category constructors
@@ -321,17 +195,16 @@ export const tryAcquire = (
     Effect.map(enterScoped(key, resolved, once), Option.fromNullable))
 
 /**
- * The lease the current fiber's owner holds on `key`, if any.
+ * The lease the current fiber may reenter on `key`, if any: the innermost hold of its region on
+ * that key (on whichever backend holds it).
  *
  * @since 0.1.0
  * @category getters
  */
 export const currentLease = (key: string): Effect.Effect<Option.Option<Lease>> =>
-  Effect.map(FiberRef.get(currentOwner), (owner) => {
-    const entry = owner?.holds.get(key)
-    return entry !== undefined && entry._tag === "Hold" && entry.state === "held"
-      ? Option.some(makeLease(entry))
-      : Option.none()
+  Effect.map(FiberRef.get(currentRegion), (region) => {
+    const hold = findKey(region, key)
+    return hold === undefined ? Option.none() : Option.some(makeLease(hold))
   })
 
 /**
@@ -352,7 +225,7 @@ export const isLocked = (key: string): Effect.Effect<boolean, LockBackendError |
 export const inspect = (
   key: string
 ): Effect.Effect<Option.Option<LockInfo>, LockBackendError | LockOptionsError, LockBackend> =>
-  Effect.flatMap(validateKey(key), (key) => Effect.flatMap(LockBackend, (backend) => backend.inspect(key)))
+  Effect.flatMap(validateKey(key), (key) => Effect.flatMap(LockBackend, (backend) => backend.primitives.inspect(key)))
 
 /**
  * Release `key` whoever holds it, and wake its waiters. An administrative escape hatch: the
@@ -365,4 +238,4 @@ export const inspect = (
 export const forceUnlock = (key: string): Effect.Effect<boolean, LockBackendError | LockOptionsError, LockBackend> =>
   Effect.flatMap(validateKey(key), (key) =>
     Effect.flatMap(LockBackend, (backend) =>
-      backend.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))))
+      backend.primitives.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))))

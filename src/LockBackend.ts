@@ -1,17 +1,19 @@
 /**
- * The service every backend implements. It is deliberately small and primitive: one call per
- * script round trip, plus a way to wait for "this key may be free" signals. All policy (waiting,
- * retry schedules, reentrancy, the watchdog, loss detection) lives once in `Lock`, shared by every
- * backend.
+ * The backend contract. A backend supplies **primitives only**: one call per round trip (try to
+ * acquire, renew many leases, release, hand over, force-release, inspect) and a source of "this key
+ * may be free" notifications. `LockBackend.make(primitives)` builds, once per backend layer, what
+ * every backend shares: local wait queues with wake-one, hand-over to a local waiter, renewal
+ * batching and metrics. Everything built there lives in the layer's scope and dies with it.
  *
- * The request is a record, not positional arguments, so that later primitives (fair lock,
- * read-write lock, leased semaphore, Redlock over several backends) extend it with fields such as a
- * mode or a permit count without changing the policy code that calls it.
+ * The model is `RateLimiterStore` -> `RateLimiter.make` in `@effect/experimental`: a store of a few
+ * primitive methods, each documented by what it returns, and the policy built once on top.
+ * `MemoryBackend` shows a complete backend in a page.
  *
  * @since 0.1.0
  */
-import type { Effect, Option } from "effect"
+import type { Effect, Option, Scope, Stream } from "effect"
 import { Context } from "effect"
+import * as internal from "./internal/backend/make.js"
 import { LockBackendError } from "./LockError.js"
 
 export {
@@ -30,9 +32,9 @@ export {
  */
 export interface LockRequest {
   readonly key: string
-  /** The owner id, `<process uuid>:<n>`. */
+  /** The owner id, `<process uuid>:<n>`: fresh per hold. */
   readonly owner: string
-  /** The lease to set (acquire) or extend to (renew), in milliseconds. */
+  /** The lease to set (acquire) or extend to (renew): a whole number of milliseconds. */
   readonly leaseMillis: number
   /** Whether a fresh acquisition draws a fencing token. */
   readonly fencing: boolean
@@ -41,7 +43,7 @@ export interface LockRequest {
 /**
  * The outcome of one acquisition attempt.
  *
- * `Busy.ttlMillis` is the holder's remaining lease as the server sees it, or `undefined` when the
+ * `Busy.ttlMillis` is the holder's remaining lease as the backend sees it, or `undefined` when the
  * lock has no expiry (set by a foreign client without one).
  *
  * @since 0.1.0
@@ -52,7 +54,8 @@ export type AcquireResult =
   | { readonly _tag: "Busy"; readonly ttlMillis: number | undefined }
 
 /**
- * The outcome of a renewal: the lease was extended, or the owner no longer holds the lock.
+ * The outcome of one renewal: the lease was extended, or the owner no longer holds the lock
+ * (`stolen`: another owner is in it; `expired`: there is no lock at all).
  *
  * @since 0.1.0
  * @category models
@@ -60,6 +63,50 @@ export type AcquireResult =
 export type RenewResult =
   | { readonly _tag: "Renewed" }
   | { readonly _tag: "Lost"; readonly reason: "stolen" | "expired" }
+
+/**
+ * One request's outcome in a batch of renewals: its result, or the error that kept the backend
+ * from renewing that request (for example the one node of several that was down).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type RenewOutcome = RenewResult | LockBackendError
+
+/**
+ * The outcome of an owner-checked release. The backend counts holds per owner (Redisson's hash
+ * field): `Released` when the count reached zero and the lock was deleted (waiters notified),
+ * `StillHeld` when the owner's count was above one and was decremented, `NotHeld` when the owner
+ * did not hold the lock (nothing changed, so a repeated release is harmless).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type ReleaseResult =
+  | { readonly _tag: "Released" }
+  | { readonly _tag: "StillHeld" }
+  | { readonly _tag: "NotHeld" }
+
+/**
+ * The outcome of a release that may hand the lock straight to a waiter: a `ReleaseResult`
+ * (`Released` means another client waits too, so the backend notified instead of handing over),
+ * or `HandedOver`: the receiver holds the lock now, with this fencing token.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type HandOverResult = ReleaseResult | { readonly _tag: "HandedOver"; readonly fencingToken: bigint }
+
+/**
+ * A hint from the backend's notification source: a release of `key` may have happened (wake one
+ * waiter on it), or notifications may have been missed (a reconnect: wake one waiter on every key).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type Notification =
+  | { readonly _tag: "Released"; readonly key: string }
+  | { readonly _tag: "Missed" }
 
 /**
  * What a backend knows about one lock.
@@ -75,93 +122,108 @@ export interface LockInfo {
 }
 
 /**
- * A lock handed straight to a waiter by the release of its previous holder in this process: the
- * waiter holds it without an attempt of its own.
+ * What a backend implements. Each method is one round trip (or one synchronous step in memory)
+ * and none of them waits, retries or keeps state about fibers: that is `make`'s work.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category models
  */
-export interface HandedOver {
-  readonly _tag: "HandedOver"
-  readonly fencingToken: bigint
-  /** Clock time (ms) at which the hand-over call started: the lease runs from here at the latest. */
-  readonly startedAt: number
+export interface LockPrimitives {
+  /** A short name used in errors, logs and spans ("memory", "redis"). */
+  readonly name: string
+  /** One attempt: acquire when free (or reenter for an owner already in it), or report the holder's TTL. */
+  readonly tryAcquire: (request: LockRequest) => Effect.Effect<AcquireResult, LockBackendError>
+  /**
+   * Extend each lease if, and only if, its owner still holds the lock: one outcome per request, in
+   * order. `make` gathers the renewals that come due together into one call.
+   */
+  readonly renew: (
+    requests: ReadonlyArray<LockRequest>
+  ) => Effect.Effect<ReadonlyArray<RenewOutcome>, LockBackendError>
+  /** Owner-checked release of one hold count; at zero the lock is deleted and waiters notified. */
+  readonly release: (key: string, owner: string) => Effect.Effect<ReleaseResult, LockBackendError>
+  /**
+   * Optional. Release `from`'s hold and, when no other client waits, grant the lock to `to` in the
+   * same step (no notification, no attempt of the receiver's own). Without it, releases notify.
+   */
+  readonly handOver?:
+    | ((key: string, from: string, to: LockRequest) => Effect.Effect<HandOverResult, LockBackendError>)
+    | undefined
+  /** Delete the lock whoever holds it, and notify waiters. `false` when it was not held. */
+  readonly forceRelease: (key: string) => Effect.Effect<boolean, LockBackendError>
+  /** Read a lock without changing it. */
+  readonly inspect: (key: string) => Effect.Effect<Option.Option<LockInfo>, LockBackendError>
+  /**
+   * Start delivering notifications for `key` (the first local waiter on it asks); succeeds once
+   * they flow. A failure only means waiters fall back to their schedule and the holder's TTL.
+   */
+  readonly subscribe: (key: string) => Effect.Effect<void, LockBackendError>
+  /** Stop delivering notifications for `key` (its last local waiter left). */
+  readonly unsubscribe: (key: string) => Effect.Effect<void>
+  /** The notifications, for as long as the backend lives. */
+  readonly notifications: Stream.Stream<Notification>
 }
 
 /**
- * Why a waiter stopped waiting: a release notification reached it (the key may be free: try it),
- * it became the head of the queue (from now on it retries on its schedule and watches the
- * holder's lease), its time ran out, or the lock was handed over to it.
- *
- * @since 0.1.0
- * @category models
+ * @since 0.2.0
+ * @category symbols
  */
-export type WakeUp = "released" | "promoted" | "timeout" | HandedOver
+export const TypeId: unique symbol = internal.TypeId
 
 /**
- * A registration in a key's local wait queue. Local waiters on one key are served first in, first
- * out: one notification wakes one waiter, and only the head of the queue needs to watch the clock.
- * A release by a holder in this process hands the lock straight to the first waiter that is not
- * awake yet, when the backend can do that in the release's own round trip (see `docs/redis.md`).
- *
- * @since 0.1.0
- * @category models
+ * @since 0.2.0
+ * @category symbols
  */
-export interface ReleaseSignal {
-  /**
-   * Wait up to `millis` (`Infinity`: no limit) for a wake-up. A hand-over in flight to this waiter
-   * when the time runs out is waited for: the waiter then learns whether it holds the lock.
-   */
-  readonly await: (millis: number) => Effect.Effect<WakeUp>
-  /** Whether this waiter is the head of its key's local queue. */
-  readonly isHead: () => boolean
-  /**
-   * Wait until release notifications for the key are flowing (the first waiter on a key
-   * subscribes here), so that an attempt made after it cannot miss a release. `true` when this
-   * waiter subscribed: a release between its last attempt and the subscription woke nobody, so it
-   * should try again at once; a later waiter has somebody ahead of it who was woken instead.
-   */
-  readonly ready: Effect.Effect<boolean, LockBackendError>
-  /** Leave the queue: when the waiter got in, gave up, failed or was interrupted. Idempotent. */
-  readonly leave: Effect.Effect<void>
-}
+export type TypeId = typeof TypeId
 
 /**
+ * The service: a backend's primitives with the shared machinery that `make` built around them.
+ * Only `make` builds one.
+ *
  * @since 0.1.0
  * @category models
  */
 export interface LockBackendShape {
-  /** A short name used in errors, logs and spans ("memory", "redis"). */
+  readonly [TypeId]: TypeId
+  /** The backend's name, from its primitives. */
   readonly name: string
-  /** One attempt: acquire when free, or report the holder's remaining lease. */
-  readonly tryAcquire: (request: LockRequest) => Effect.Effect<AcquireResult, LockBackendError>
-  /** Extend the lease if, and only if, `request.owner` still holds the lock. */
-  readonly renew: (request: LockRequest) => Effect.Effect<RenewResult, LockBackendError>
   /**
-   * Release the lock if `owner` holds it, and notify waiters, or hand it straight to a local
-   * waiter (see `ReleaseSignal`). Idempotent: `false` when the owner did not hold it.
+   * The raw primitives, for diagnostics and tests (a foreign owner, say). Locks never call them
+   * directly: they go through the machinery, which keeps its queues and hand-overs consistent.
    */
-  readonly release: (key: string, owner: string) => Effect.Effect<boolean, LockBackendError>
-  /** Delete the lock whoever holds it, and notify waiters. `false` when it was not held. */
-  readonly forceRelease: (key: string) => Effect.Effect<boolean, LockBackendError>
-  /** Inspect a lock without changing it. */
-  readonly inspect: (key: string) => Effect.Effect<Option.Option<LockInfo>, LockBackendError>
-  /**
-   * Join the key's local wait queue on behalf of `request` (which a hand-over acquires for). The
-   * registration is immediate; the caller then awaits `ready` and must `leave` in any case.
-   */
-  readonly subscribe: (request: LockRequest) => Effect.Effect<ReleaseSignal>
-  /**
-   * How many fibers of this process wait on `key`. A newcomer queues behind them without trying
-   * the lock first: it would not barge ahead of them, and it saves the server a doomed attempt.
-   */
-  readonly localWaiters: (key: string) => number
+  readonly primitives: LockPrimitives
 }
 
 /**
- * The backend service. Provide it with `MemoryBackend.layer` or `RedisBackend.layer(...)`.
+ * The backend service. Provide it with `MemoryBackend.layer`, `RedisBackend.layer(...)`
+ * (`effect-lock/RedisBackend`), or a layer of your own built with `make`.
  *
  * @since 0.1.0
  * @category tags
  */
-export class LockBackend extends Context.Tag("effect-lock/LockBackend")<LockBackend, LockBackendShape>() {}
+export class LockBackend extends Context.Tag("effect-lock/LockBackend")<LockBackend, LockBackendShape>() {
+  /** `make`, reachable from the tag: `LockBackend.make(primitives)`. */
+  static readonly make: (primitives: LockPrimitives) => Effect.Effect<LockBackendShape, never, Scope.Scope> =
+    internal.make
+}
+
+/**
+ * Build the service from a backend's primitives: local wait queues (first in, first out; one
+ * notification wakes one waiter), hand-over to a local waiter on release, renewal batching (the
+ * renewals that come due in one tick go out as one `renew` call) and metrics. Its fibers live in
+ * the current scope: build it in the backend layer's scope.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Layer } from "effect"
+ * import type { LockPrimitives } from "effect-lock"
+ * import { LockBackend } from "effect-lock"
+ *
+ * declare const primitives: Effect.Effect<LockPrimitives>
+ * export const layer = Layer.scoped(LockBackend, Effect.flatMap(primitives, LockBackend.make))
+ * ```
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const make: (primitives: LockPrimitives) => Effect.Effect<LockBackendShape, never, Scope.Scope> = internal.make

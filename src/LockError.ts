@@ -15,11 +15,13 @@ import { Schema } from "effect"
  *   the process did not get to renew before the local deadline (paused, starved).
  * - `renewal-failed`: the local deadline (last confirmed renewal + lease - drift) passed without a
  *   confirmed renewal: the backend was unreachable, slow, or the process was paused.
+ * - `released`: the lease was used after its own scope released it (`lease.guard` or `lease.lost`
+ *   outside the region that held it). Nothing was taken from anyone: the hold had simply ended.
  *
  * @since 0.1.0
  * @category errors
  */
-export const LostReason = Schema.Literal("stolen", "expired", "renewal-failed")
+export const LostReason = Schema.Literal("stolen", "expired", "renewal-failed", "released")
 
 /**
  * @since 0.1.0
@@ -68,9 +70,49 @@ export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLost
       ? "another owner took it"
       : this.reason === "expired"
       ? "its lease expired"
+      : this.reason === "released"
+      ? "it was already released (the lease was used after its scope closed)"
       : "no renewal was confirmed before the local deadline"
     return `Lost lock "${this.key}" (owner ${this.owner}, fencing token ${this.fencingToken}) after ${this.heldMillis} ms: ${why}`
   }
+}
+
+/**
+ * What a backend was doing when it failed: connecting (opening a connection, loading ioredis),
+ * loading its scripts, one of the lock primitives, subscribing to release notifications, or a
+ * fenced write (`Fencing.redisSet`).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export const BackendOperation = Schema.Literal(
+  "connect",
+  "load-scripts",
+  "acquire",
+  "renew",
+  "release",
+  "force-release",
+  "inspect",
+  "subscribe",
+  "fenced-set"
+)
+
+/**
+ * @since 0.2.0
+ * @category errors
+ */
+export type BackendOperation = typeof BackendOperation.Type
+
+const operationText: Record<BackendOperation, string> = {
+  "connect": "connect",
+  "load-scripts": "load its scripts",
+  "acquire": "acquire",
+  "renew": "renew",
+  "release": "release",
+  "force-release": "force-release",
+  "inspect": "inspect",
+  "subscribe": "subscribe to release notifications",
+  "fenced-set": "do a fenced write"
 }
 
 /**
@@ -81,14 +123,14 @@ export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLost
  */
 export class LockBackendError extends Schema.TaggedError<LockBackendError>()("LockBackendError", {
   backend: Schema.String,
-  operation: Schema.String,
+  operation: BackendOperation,
   key: Schema.optional(Schema.String),
   cause: Schema.optional(Schema.Defect)
 }) {
   override get message(): string {
     const key = this.key === undefined ? "" : ` on "${this.key}"`
     const cause = this.cause instanceof Error ? `: ${this.cause.message}` : this.cause === undefined ? "" : `: ${String(this.cause)}`
-    return `${this.backend} backend failed to ${this.operation}${key}${cause}`
+    return `${this.backend} backend failed to ${operationText[this.operation]}${key}${cause}`
   }
 }
 

@@ -1,20 +1,32 @@
 /**
  * An in-process backend with the same semantics as the Redis one: leases expire by `Clock` time
- * (computed lazily on access), fencing tokens outlive their locks, and waiters wait on in-process
- * signals. It is the embedded default, what the demo runs without `REDIS_URL`, and what the
- * property tests drive with `TestClock`.
+ * (computed lazily on access), hold counts per owner, fencing tokens that outlive their locks, and
+ * release notifications. It is the embedded default, what the demo runs without `REDIS_URL`, and
+ * what the property tests drive with `TestClock`.
+ *
+ * It is also the reference for writing a backend: primitives only, turned into the service by
+ * `LockBackend.make`.
  *
  * Locks are shared by everything that uses one built layer: provide `MemoryBackend.layer` once,
  * at the top of the program.
  *
  * @since 0.1.0
  */
-import { Effect, Layer, Option } from "effect"
-import type { AcquireResult, LockBackendShape, LockInfo, LockRequest, RenewResult } from "./LockBackend.js"
+import type { Scope } from "effect"
+import { Effect, Layer, Option, Queue, Stream } from "effect"
+import type {
+  AcquireResult,
+  HandOverResult,
+  LockBackendShape,
+  LockInfo,
+  LockPrimitives,
+  LockRequest,
+  Notification,
+  ReleaseResult,
+  RenewResult
+} from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
-import type { HandOverResult } from "./internal/handOver.js"
-import { releaseHandingOver } from "./internal/handOver.js"
-import { makeWaiterQueue } from "./internal/waiterQueue.js"
+import { backendOf } from "./internal/backend/make.js"
 import { nowMillis } from "./internal/time.js"
 
 interface Entry {
@@ -24,7 +36,18 @@ interface Entry {
 }
 
 /**
- * The memory backend plus read-outs that tests and diagnostics use.
+ * The memory backend's primitives plus a read-out for tests and diagnostics.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface MemoryPrimitives extends LockPrimitives {
+  /** Locks currently held (expired ones excluded). */
+  readonly lockCount: Effect.Effect<number>
+}
+
+/**
+ * The memory backend service plus read-outs that tests and diagnostics use.
  *
  * @since 0.1.0
  * @category models
@@ -36,117 +59,155 @@ export interface MemoryBackendShape extends LockBackendShape {
   readonly waiters: Effect.Effect<{ readonly fibers: number; readonly keys: ReadonlyArray<string> }>
 }
 
+const renewed: RenewResult = { _tag: "Renewed" }
+const stolen: RenewResult = { _tag: "Lost", reason: "stolen" }
+const expired: RenewResult = { _tag: "Lost", reason: "expired" }
+const released: ReleaseResult = { _tag: "Released" }
+const stillHeld: ReleaseResult = { _tag: "StillHeld" }
+const notHeld: ReleaseResult = { _tag: "NotHeld" }
+
 /**
- * Build a fresh, empty memory backend.
+ * Fresh, empty memory primitives.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.map(
+  Queue.unbounded<Notification>(),
+  (notifications) => {
+    const locks = new Map<string, Entry>()
+    const tokens = new Map<string, bigint>()
+
+    /** The live entry for `key`, dropping it when its lease has run out. */
+    const live = (key: string, now: number): Entry | undefined => {
+      const entry = locks.get(key)
+      if (entry === undefined) return undefined
+      if (entry.expiresAt <= now) {
+        locks.delete(key)
+        return undefined
+      }
+      return entry
+    }
+
+    const nextToken = (key: string): bigint => {
+      const token = (tokens.get(key) ?? 0n) + 1n
+      tokens.set(key, token)
+      return token
+    }
+
+    const notify = (key: string) => Queue.unsafeOffer(notifications, { _tag: "Released", key })
+
+    const grant = (key: string, request: LockRequest, now: number): bigint => {
+      locks.set(key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
+      return request.fencing ? nextToken(key) : 0n
+    }
+
+    /** One hold count off `owner`; at zero the lock is gone and `onFree` decides what follows. */
+    const releaseWith = <A>(
+      key: string,
+      owner: string,
+      onFree: (now: number) => A
+    ): Effect.Effect<A | ReleaseResult> =>
+      Effect.map(nowMillis, (now) => {
+        const entry = live(key, now)
+        const count = entry?.holders.get(owner)
+        if (entry === undefined || count === undefined) return notHeld
+        if (count > 1) {
+          entry.holders.set(owner, count - 1)
+          return stillHeld
+        }
+        locks.delete(key)
+        return onFree(now)
+      })
+
+    return {
+      name: "memory",
+      tryAcquire: (request) =>
+        Effect.map(nowMillis, (now): AcquireResult => {
+          const entry = live(request.key, now)
+          if (entry === undefined) return { _tag: "Acquired", fencingToken: grant(request.key, request, now) }
+          const count = entry.holders.get(request.owner)
+          if (count === undefined) return { _tag: "Busy", ttlMillis: entry.expiresAt - now }
+          entry.holders.set(request.owner, count + 1)
+          entry.expiresAt = now + request.leaseMillis
+          return { _tag: "Acquired", fencingToken: request.fencing ? tokens.get(request.key) ?? 0n : 0n }
+        }),
+      renew: (requests) =>
+        Effect.map(nowMillis, (now) =>
+          requests.map((request) => {
+            const entry = live(request.key, now)
+            if (entry === undefined) return expired
+            if (!entry.holders.has(request.owner)) return stolen
+            entry.expiresAt = now + request.leaseMillis
+            return renewed
+          })),
+      release: (key, owner) =>
+        releaseWith(key, owner, () => {
+          notify(key)
+          return released
+        }),
+      // Every waiter of this backend is in this process, so a release always hands over.
+      handOver: (key, from, to): Effect.Effect<HandOverResult> =>
+        releaseWith(key, from, (now) => ({ _tag: "HandedOver", fencingToken: grant(key, to, now) })),
+      forceRelease: (key) =>
+        Effect.map(nowMillis, (now) => {
+          const entry = live(key, now)
+          locks.delete(key)
+          if (entry !== undefined) notify(key)
+          return entry !== undefined
+        }),
+      inspect: (key) =>
+        Effect.map(nowMillis, (now): Option.Option<LockInfo> => {
+          const entry = live(key, now)
+          if (entry === undefined) return Option.none()
+          return Option.some({
+            key,
+            holders: Array.from(entry.holders, ([owner, holdCount]) => ({ owner, holdCount })),
+            ttlMillis: entry.expiresAt - now
+          })
+        }),
+      // Notifications always flow in memory.
+      subscribe: () => Effect.void,
+      unsubscribe: () => Effect.void,
+      notifications: Stream.fromQueue(notifications),
+      lockCount: Effect.map(nowMillis, (now) => {
+        let count = 0
+        for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++
+        return count
+      })
+    }
+  }
+)
+
+/**
+ * The service around `primitives` (memory ones, or memory ones wrapped by a test), with the
+ * read-outs of `MemoryBackendShape`.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const fromPrimitives = (
+  primitives: MemoryPrimitives
+): Effect.Effect<MemoryBackendShape, never, Scope.Scope> =>
+  Effect.map(LockBackend.make(primitives), (service) => {
+    const { queue } = backendOf(service)
+    return {
+      ...service,
+      lockCount: primitives.lockCount,
+      waiters: Effect.sync(() => ({ fibers: queue.waiterCount(), keys: queue.waitingKeys() }))
+    }
+  })
+
+/**
+ * Build a fresh, empty memory backend in the current scope.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
-  const locks = new Map<string, Entry>()
-  const tokens = new Map<string, bigint>()
-  const queue = makeWaiterQueue()
-
-  /** The live entry for `key`, dropping it when its lease has run out. */
-  const live = (key: string, now: number): Entry | undefined => {
-    const entry = locks.get(key)
-    if (entry === undefined) return undefined
-    if (entry.expiresAt <= now) {
-      locks.delete(key)
-      return undefined
-    }
-    return entry
-  }
-
-  const nextToken = (key: string): bigint => {
-    const token = (tokens.get(key) ?? 0n) + 1n
-    tokens.set(key, token)
-    return token
-  }
-
-  const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult> =>
-    Effect.map(nowMillis, (now): AcquireResult => {
-      const entry = live(request.key, now)
-      if (entry === undefined) {
-        locks.set(request.key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
-        return { _tag: "Acquired", fencingToken: request.fencing ? nextToken(request.key) : 0n }
-      }
-      const count = entry.holders.get(request.owner)
-      if (count !== undefined) {
-        entry.holders.set(request.owner, count + 1)
-        entry.expiresAt = now + request.leaseMillis
-        return { _tag: "Acquired", fencingToken: request.fencing ? tokens.get(request.key) ?? 0n : 0n }
-      }
-      return { _tag: "Busy", ttlMillis: entry.expiresAt - now }
-    })
-
-  const renew = (request: LockRequest): Effect.Effect<RenewResult> =>
-    Effect.map(nowMillis, (now): RenewResult => {
-      const entry = live(request.key, now)
-      if (entry === undefined) return { _tag: "Lost", reason: "expired" }
-      if (!entry.holders.has(request.owner)) return { _tag: "Lost", reason: "stolen" }
-      entry.expiresAt = now + request.leaseMillis
-      return { _tag: "Renewed" }
-    })
-
-  const plainRelease = (key: string, owner: string): Effect.Effect<boolean> =>
-    Effect.map(nowMillis, (now) => {
-      const entry = live(key, now)
-      if (entry === undefined || !entry.holders.has(owner)) return false
-      locks.delete(key)
-      queue.notify(key)
-      return true
-    })
-
-  // Every waiter of this backend is in this process, so a release always hands over when a
-  // waiter is parked.
-  const handOver = (key: string, from: string, to: LockRequest): Effect.Effect<HandOverResult> =>
-    Effect.map(nowMillis, (now): HandOverResult => {
-      const entry = live(key, now)
-      if (entry === undefined || !entry.holders.has(from)) return { _tag: "NotHeld" }
-      locks.set(key, { holders: new Map([[to.owner, 1]]), expiresAt: now + to.leaseMillis })
-      return { _tag: "HandedOver", fencingToken: to.fencing ? nextToken(key) : 0n }
-    })
-
-  const release = (key: string, owner: string): Effect.Effect<boolean> =>
-    releaseHandingOver(queue, { release: plainRelease, handOver }, key, owner)
-
-  const forceRelease = (key: string): Effect.Effect<boolean> =>
-    Effect.map(nowMillis, (now) => {
-      const entry = live(key, now)
-      locks.delete(key)
-      queue.notify(key)
-      return entry !== undefined
-    })
-
-  const inspect = (key: string): Effect.Effect<Option.Option<LockInfo>> =>
-    Effect.map(nowMillis, (now) => {
-      const entry = live(key, now)
-      if (entry === undefined) return Option.none()
-      return Option.some({
-        key,
-        holders: Array.from(entry.holders, ([owner, holdCount]) => ({ owner, holdCount })),
-        ttlMillis: entry.expiresAt - now
-      })
-    })
-
-  return {
-    name: "memory",
-    tryAcquire,
-    renew,
-    release,
-    forceRelease,
-    inspect,
-    subscribe: queue.register,
-    localWaiters: queue.waitersOn,
-    lockCount: Effect.map(nowMillis, (now) => {
-      let count = 0
-      for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++
-      return count
-    }),
-    waiters: Effect.sync(() => ({ fibers: queue.waiterCount(), keys: queue.waitingKeys() }))
-  }
-})
+export const make: Effect.Effect<MemoryBackendShape, never, Scope.Scope> = Effect.flatMap(
+  makePrimitives,
+  fromPrimitives
+)
 
 /**
  * A fresh memory backend as the `LockBackend` service.
@@ -154,4 +215,4 @@ export const make: Effect.Effect<MemoryBackendShape> = Effect.sync(() => {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<LockBackend> = Layer.effect(LockBackend, make)
+export const layer: Layer.Layer<LockBackend> = Layer.scoped(LockBackend, make)

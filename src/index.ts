@@ -1,6 +1,9 @@
 /**
  * effect-lock: distributed locks for Effect.
  *
+ * The root holds every module that needs nothing beyond `effect`. The Redis backend, which needs
+ * the optional peer `ioredis`, is at its own subpath: `effect-lock/RedisBackend`.
+ *
  * @since 0.1.0
  */
 
@@ -8,37 +11,6 @@
  * @since 0.1.0
  */
 export * as Lock from "./Lock.js"
-
-/**
- * @since 0.1.0
- * @category tags
- */
-export { LockBackend } from "./LockBackend.js"
-
-/**
- * @since 0.1.0
- * @category models
- */
-export type {
-  AcquireResult,
-  HandedOver,
-  LockBackendShape,
-  LockInfo,
-  LockRequest,
-  ReleaseSignal,
-  RenewResult,
-  WakeUp
-} from "./LockBackend.js"
-
-/**
- * @since 0.1.0
- */
-export * as MemoryBackend from "./MemoryBackend.js"
-
-/**
- * @since 0.1.0
- */
-export * from "./LockError.js"
 
 /**
  * @since 0.1.0
@@ -54,8 +26,36 @@ export type { Lease, LockOptions } from "./Lock.js"
 
 /**
  * @since 0.1.0
+ * @category tags
  */
-export * as RedisBackend from "./RedisBackend.js"
+export { LockBackend } from "./LockBackend.js"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export type {
+  AcquireResult,
+  HandOverResult,
+  LockBackendShape,
+  LockInfo,
+  LockPrimitives,
+  LockRequest,
+  Notification,
+  ReleaseResult,
+  RenewOutcome,
+  RenewResult
+} from "./LockBackend.js"
+
+/**
+ * @since 0.1.0
+ */
+export * from "./LockError.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as MemoryBackend from "./MemoryBackend.js"
 
 /**
  * @since 0.1.0

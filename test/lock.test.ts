@@ -7,17 +7,20 @@ import { Deferred, Effect, Exit, Fiber, Metric, Option, Schedule, Scope, TestClo
 import type { LockBackend } from "../src/index.js"
 import { Lock, LockOptionsError, withLock } from "../src/index.js"
 import * as metrics from "../src/internal/metrics.js"
+import type { Instrumented } from "./support/instrumented.js"
 import { makeInstrumented } from "./support/instrumented.js"
 
 /** Let forked fibers run up to their next suspension. */
 const settle = Effect.repeatN(Effect.yieldNow(), 50)
 
 /** A foreign owner takes the key directly in the backend (no watchdog, never released). */
-const occupy = (backend: { tryAcquire: Effect.Effect.Success<typeof makeInstrumented>["backend"]["tryAcquire"] }, key: string, leaseMillis: number) =>
-  backend.tryAcquire({ key, owner: "foreign:1", leaseMillis, fencing: true })
+const occupy = (t: Instrumented, key: string, leaseMillis: number) =>
+  t.inner.tryAcquire({ key, owner: "foreign:1", leaseMillis, fencing: true })
+
+const activeWatchdogs = Effect.map(Metric.value(metrics.watchdogs), (state) => state.value)
 
 describe("acquire and wait (§2.1)", () => {
-  it.effect("a free lock costs exactly one backend attempt", () =>
+  it.scoped("a free lock costs exactly one backend attempt", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       yield* withLock("k", Effect.void).pipe(Effect.provide(t.layer))
@@ -26,7 +29,7 @@ describe("acquire and wait (§2.1)", () => {
       assert.strictEqual(t.calls.release, 1)
     }))
 
-  it.effect("a release notification wakes the waiter without any time passing", () =>
+  it.scoped("a release notification wakes the waiter without any time passing", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const release = yield* Deferred.make<void>()
@@ -44,7 +47,7 @@ describe("acquire and wait (§2.1)", () => {
       assert.deepStrictEqual(Option.map(result, Exit.isSuccess), Option.some(true))
     }))
 
-  it.effect("local waiters are served first in, first out: each release hands the lock to the next waiter, with no attempt of its own", () =>
+  it.scoped("local waiters are served first in, first out: each release hands the lock to the next waiter, with no attempt of its own", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const order: Array<number> = []
@@ -83,10 +86,10 @@ describe("acquire and wait (§2.1)", () => {
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
-  it.effect("a release notification wakes one waiter, not the herd", () =>
+  it.scoped("a release notification wakes one waiter, not the herd", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 3_600_000)
+      yield* occupy(t, "k", 3_600_000)
       const fibers: Array<Fiber.RuntimeFiber<void, unknown>> = []
       for (let i = 0; i < 3; i++) {
         fibers.push(yield* Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))))
@@ -94,31 +97,32 @@ describe("acquire and wait (§2.1)", () => {
       }
       const attemptsBefore = t.calls.tryAcquire
       // A force-unlock notifies; it does not hand over.
-      yield* t.backend.forceRelease("k")
+      yield* t.backend.primitives.forceRelease("k")
       yield* settle
       assert.strictEqual(t.calls.tryAcquire - attemptsBefore, 1, "one notification, one woken waiter, one attempt")
       yield* Effect.forEach(fibers, Fiber.join)
     }))
 
-  it.effect("a newcomer queues behind local waiters without trying the lock", () =>
+  it.scoped("a newcomer queues behind local waiters without trying the lock", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 3_600_000)
+      yield* occupy(t, "k", 3_600_000)
       const first = yield* Effect.fork(withLock("k", Effect.void).pipe(Effect.provide(t.layer)))
       yield* settle
       assert.strictEqual(t.calls.tryAcquire, 2, "the first waiter's attempt and its retry after subscribing")
       const second = yield* Effect.fork(withLock("k", Effect.void).pipe(Effect.provide(t.layer)))
       yield* settle
       assert.strictEqual(t.calls.tryAcquire, 2, "the second waiter made no attempt")
-      assert.strictEqual(t.calls.subscribe, 2)
+      assert.strictEqual((yield* t.backend.waiters).fibers, 2)
+      assert.strictEqual(t.calls.subscribe, 1, "one subscription for the key, however many wait")
       yield* Fiber.interrupt(first)
       yield* Fiber.interrupt(second)
     }))
 
-  it.effect("only the head of the local queue retries on its schedule", () =>
+  it.scoped("only the head of the local queue retries on its schedule", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 3_600_000)
+      yield* occupy(t, "k", 3_600_000)
       const waiter = () => Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer)))
       const head = yield* waiter()
       yield* settle
@@ -138,7 +142,7 @@ describe("acquire and wait (§2.1)", () => {
       yield* Effect.forEach(others, Fiber.interrupt)
     }))
 
-  it.effect("with notifications lost, every waiter still gets in, one after the other", () =>
+  it.scoped("with notifications lost, every waiter still gets in, one after the other", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.dropNotifications = true
@@ -157,10 +161,10 @@ describe("acquire and wait (§2.1)", () => {
       assert.deepStrictEqual(entered, [0, 1, 2, 3])
     }))
 
-  it.effect("a waiter wakes when the holder's lease ends, not later", () =>
+  it.scoped("a waiter wakes when the holder's lease ends, not later", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 5_000)
+      yield* occupy(t, "k", 5_000)
       const waiter = yield* Effect.fork(
         withLock("k", Effect.succeed("in"), { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))
       )
@@ -173,10 +177,10 @@ describe("acquire and wait (§2.1)", () => {
       assert.isTrue(Option.isSome(yield* Fiber.poll(waiter)), "in right after the lease ends")
     }))
 
-  it.effect("between wake-ups the retry schedule drives the attempts", () =>
+  it.scoped("between wake-ups the retry schedule drives the attempts", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 3_600_000)
+      yield* occupy(t, "k", 3_600_000)
       const waiter = yield* Effect.fork(
         withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer))
       )
@@ -188,10 +192,10 @@ describe("acquire and wait (§2.1)", () => {
       yield* Fiber.interrupt(waiter)
     }))
 
-  it.effect("wait runs out at exactly the budget with LockTimeoutError", () =>
+  it.scoped("wait runs out at exactly the budget with LockTimeoutError", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 3_600_000)
+      yield* occupy(t, "k", 3_600_000)
       const waiter = yield* Effect.fork(
         Effect.flip(withLock("k", Effect.void, { wait: "2 seconds" })).pipe(Effect.provide(t.layer))
       )
@@ -208,10 +212,10 @@ describe("acquire and wait (§2.1)", () => {
       }
     }))
 
-  it.effect("interrupting a waiter leaves no lock, no waiter and no watchdog", () =>
+  it.scoped("interrupting a waiter leaves no lock, no waiter and no watchdog", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 1_000)
+      yield* occupy(t, "k", 1_000)
       const waiter = yield* Effect.fork(withLock("k", Effect.never).pipe(Effect.provide(t.layer)))
       yield* settle
       assert.strictEqual((yield* t.backend.waiters).fibers, 1)
@@ -220,12 +224,12 @@ describe("acquire and wait (§2.1)", () => {
       yield* TestClock.adjust(2_000)
       yield* settle
       assert.strictEqual(yield* t.backend.lockCount, 0)
-      assert.strictEqual(metrics.watchdogs.active, 0)
+      assert.strictEqual(yield* activeWatchdogs, 0)
     }))
 })
 
 describe("reentrancy and owners (§2.2)", () => {
-  it.effect("a nested withLock on a held key makes no backend call", () =>
+  it.scoped("a nested withLock on a held key makes no backend call", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const counts = yield* withLock("k", () =>
@@ -239,7 +243,7 @@ describe("reentrancy and owners (§2.2)", () => {
       assert.strictEqual(t.calls.release, 1, "one release, when the outermost hold ends")
     }))
 
-  it.effect("two fibers without a shared owner exclude each other in one process", () =>
+  it.scoped("two fibers without a shared owner exclude each other in one process", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const first = yield* Effect.fork(withLock("k", Effect.sleep(1_000)).pipe(Effect.provide(t.layer)))
@@ -250,7 +254,7 @@ describe("reentrancy and owners (§2.2)", () => {
       yield* Fiber.join(first)
     }))
 
-  it.effect("FiberRef fork: fibers the program forks inherit its owner and reenter", () =>
+  it.scoped("FiberRef fork: fibers the program forks inherit its owner and reenter", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const [outer, child] = yield* withLock("k", (lease) =>
@@ -262,44 +266,106 @@ describe("reentrancy and owners (§2.2)", () => {
       assert.strictEqual(Option.getOrThrow(child).owner, outer.owner)
     }))
 
-  it.effect("FiberRef join: a child's owner never leaks into the fiber that joins it", () =>
+  it.scoped("a child that acquired into the parent's scope is joined back: the parent sees and reenters the hold", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const scope = yield* Scope.make()
       const child = yield* Effect.fork(Lock.acquire("k").pipe(Scope.extend(scope), Effect.provide(t.layer)))
       const lease = yield* Fiber.join(child)
       assert.strictEqual(lease.holdCount, 1)
-      // The parent joined the child but is not the lock's owner: it neither sees the lease nor reenters.
-      assert.isTrue(Option.isNone(yield* Lock.currentLease("k")))
-      const parentTry = yield* Effect.flip(withLock("k", Effect.void, { wait: 0 })).pipe(Effect.provide(t.layer))
-      assert.strictEqual(parentTry._tag, "LockTimeoutError")
+      const seen = yield* Lock.currentLease("k")
+      assert.strictEqual(Option.getOrThrow(seen).owner, lease.owner)
+      const attempts = t.calls.tryAcquire
+      const inner = yield* withLock("k", (inner) => Effect.succeed(inner), { wait: 0 }).pipe(Effect.provide(t.layer))
+      assert.strictEqual(inner.owner, lease.owner)
+      assert.strictEqual(t.calls.tryAcquire, attempts, "the reentry made no backend call")
       yield* Scope.close(scope, Exit.void)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+      assert.isTrue(Option.isNone(yield* Lock.currentLease("k")))
+    }))
+
+  it.scoped("holds acquired concurrently into one scope belong to that scope", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const [a, b] = yield* Effect.scoped(
+        Effect.gen(function*() {
+          yield* Effect.all([Lock.acquire("a"), Lock.acquire("b")], { concurrency: 2 })
+          const a = yield* Lock.currentLease("a")
+          const b = yield* Lock.currentLease("b")
+          const nested = yield* withLock("a", withLock("b", Effect.succeed("in")), { wait: 0 })
+          assert.strictEqual(nested, "in")
+          return [a, b] as const
+        })
+      ).pipe(Effect.provide(t.layer))
+      assert.isTrue(Option.isSome(a))
+      assert.isTrue(Option.isSome(b))
+      assert.strictEqual(t.calls.tryAcquire, 2, "the nested withLocks reentered")
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
-  it.effect("siblings of one owner racing for the same key share one backend acquisition", () =>
+  it.scoped("siblings inside another lock's program exclude each other on a key nobody above holds", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      yield* occupy(t.backend, "k", 1_000)
-      const tokens = yield* withLock("other", () =>
+      let inside = 0
+      let maxInside = 0
+      const owners = new Set<string>()
+      const tokens = yield* withLock("batch", () =>
         Effect.all(
-          [1, 2, 3].map(() => withLock("k", (lease) => Effect.as(Effect.sleep(10), lease.fencingToken))),
+          [1, 2, 3].map(() =>
+            withLock("acct:1", (lease) =>
+              Effect.gen(function*() {
+                owners.add(lease.owner)
+                inside++
+                maxInside = Math.max(maxInside, inside)
+                yield* Effect.sleep(10)
+                inside--
+                return lease.fencingToken
+              }))
+          ),
           { concurrency: "unbounded" }
-        ).pipe(Effect.fork, Effect.tap(() => Effect.zipRight(settle, TestClock.adjust(1_100))), Effect.flatMap(Fiber.join))).pipe(
+        ).pipe(Effect.fork, Effect.tap(() => Effect.zipRight(settle, TestClock.adjust(100))), Effect.flatMap(Fiber.join))).pipe(
           Effect.provide(t.layer)
         )
-      assert.strictEqual(new Set(tokens).size, 1, "all three share the one fresh acquisition")
+      assert.strictEqual(maxInside, 1, "never two siblings inside at once")
+      assert.strictEqual(owners.size, 3, "each sibling held the key with its own owner id")
+      assert.deepStrictEqual([...tokens].sort(), [1n, 2n, 3n], "three fresh acquisitions")
       assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+
+  it.scoped("a sibling's wait is bounded by wait, even while another sibling acquires the key", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      yield* occupy(t, "k", 60_000)
+      const result = yield* withLock("outer", () =>
+        Effect.gen(function*() {
+          const slow = yield* Effect.fork(withLock("k", Effect.void))
+          yield* settle
+          const quick = yield* Effect.flip(withLock("k", Effect.void, { wait: 0 }))
+          yield* Fiber.interrupt(slow)
+          return quick
+        })).pipe(Effect.provide(t.layer))
+      assert.strictEqual(result._tag, "LockTimeoutError")
+    }))
+
+  it.scoped("reentrancy follows the backend: a hold on one backend never enters another", () =>
+    Effect.gen(function*() {
+      const a = yield* makeInstrumented
+      const b = yield* makeInstrumented
+      yield* occupy(b, "k", 60_000)
+      const error = yield* withLock("k", () => Effect.flip(withLock("k", Effect.void, { wait: 0 }).pipe(Effect.provide(b.layer))))
+        .pipe(Effect.provide(a.layer))
+      assert.strictEqual(error._tag, "LockTimeoutError", "k on B is held by someone else: the nested withLock waits")
+      assert.strictEqual(b.calls.tryAcquire, 1, "B was asked")
     }))
 })
 
 describe("lease and watchdog (§2.3)", () => {
-  it.effect("the watchdog renews every lease/3 and dies with the scope", () =>
+  it.scoped("the watchdog renews every lease/3 and dies with the scope", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const fiber = yield* Effect.fork(withLock("k", Effect.sleep(10_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer)))
       yield* settle
-      assert.strictEqual(metrics.watchdogs.active, 1)
+      assert.strictEqual(yield* activeWatchdogs, 1)
       for (let i = 1; i <= 9; i++) {
         yield* TestClock.adjust(1_000)
         yield* settle
@@ -307,14 +373,14 @@ describe("lease and watchdog (§2.3)", () => {
       }
       yield* TestClock.adjust(1_000)
       yield* Fiber.join(fiber)
-      assert.strictEqual(metrics.watchdogs.active, 0)
+      assert.strictEqual(yield* activeWatchdogs, 0)
       const renewals = t.calls.renew
       yield* TestClock.adjust(10_000)
       yield* settle
       assert.strictEqual(t.calls.renew, renewals, "no renewal after the scope closed")
     }))
 
-  it.effect("a renew period can be set explicitly", () =>
+  it.scoped("a renew period can be set explicitly", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const fiber = yield* Effect.fork(
@@ -328,7 +394,7 @@ describe("lease and watchdog (§2.3)", () => {
 })
 
 describe("release (§2.4)", () => {
-  it.effect("release is the finaliser: failure and interruption release too", () =>
+  it.scoped("release is the finaliser: failure and interruption release too", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const failed = yield* Effect.exit(withLock("k", Effect.fail("boom")).pipe(Effect.provide(t.layer)))
@@ -341,7 +407,7 @@ describe("release (§2.4)", () => {
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
-  it.effect("withLock returns once the release is confirmed, so the lock is free when it returns", () =>
+  it.scoped("withLock returns once the release is confirmed, so the lock is free when it returns", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.releaseDelayMillis = 100
@@ -353,7 +419,7 @@ describe("release (§2.4)", () => {
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
-  it.effect("a failed release is counted and does not change the program's result", () =>
+  it.scoped("a failed release is counted and does not change the program's result", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.failReleases = true
@@ -362,14 +428,14 @@ describe("release (§2.4)", () => {
       assert.strictEqual(result, "ok")
       assert.strictEqual((yield* Metric.value(metrics.releaseFailures)).count, before + 1)
       assert.strictEqual(yield* t.backend.lockCount, 1, "the lock stays until its lease ends")
-      assert.strictEqual(metrics.watchdogs.active, 0, "but nobody renews it")
+      assert.strictEqual(yield* activeWatchdogs, 0, "but nobody renews it")
       yield* TestClock.adjust(5_000)
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 })
 
 describe("loss is never silent (§2.5)", () => {
-  it.effect("stolen: interrupted with reason stolen within one renewal period", () =>
+  it.scoped("stolen: interrupted with reason stolen within one renewal period", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       let finished = false
@@ -379,8 +445,8 @@ describe("loss is never silent (§2.5)", () => {
       )
       yield* settle
       yield* TestClock.adjust(500)
-      yield* t.backend.forceRelease("k")
-      yield* occupy(t.backend, "k", 60_000)
+      yield* t.backend.primitives.forceRelease("k")
+      yield* occupy(t, "k", 60_000)
       yield* TestClock.adjust(500) // the next renewal is due at 1 s
       yield* settle
       const error = yield* Fiber.join(fiber)
@@ -389,7 +455,7 @@ describe("loss is never silent (§2.5)", () => {
       assert.isFalse(finished)
     }))
 
-  it.effect("renewal failing: interrupted exactly at the local deadline (lease - drift)", () =>
+  it.scoped("renewal failing: interrupted exactly at the local deadline (lease - drift)", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.failAllRenewals = true
@@ -412,7 +478,7 @@ describe("loss is never silent (§2.5)", () => {
       }
     }))
 
-  it.effect("renew: false: interrupted at the end of the lease, before the backend frees it", () =>
+  it.scoped("renew: false: interrupted at the end of the lease, before the backend frees it", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       let inside = true
@@ -432,7 +498,7 @@ describe("loss is never silent (§2.5)", () => {
       assert.strictEqual(t.calls.renew, 0)
     }))
 
-  it.effect("a loss while inside a nested withLock interrupts the whole critical section", () =>
+  it.scoped("a loss while inside a nested withLock interrupts the whole critical section", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.failAllRenewals = true
@@ -448,10 +514,10 @@ describe("loss is never silent (§2.5)", () => {
       assert.strictEqual(error._tag, "LockLostError")
       assert.isFalse(innerFinished)
       assert.strictEqual(yield* t.backend.lockCount, 0)
-      assert.strictEqual(metrics.watchdogs.active, 0)
+      assert.strictEqual(yield* activeWatchdogs, 0)
     }))
 
-  it.effect("Lease.guard and Lease.lost report loss to scoped acquirers", () =>
+  it.scoped("Lease.guard and Lease.lost report loss to scoped acquirers", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const scope = yield* Scope.make()
@@ -472,13 +538,13 @@ describe("loss is never silent (§2.5)", () => {
 })
 
 describe("fencing (§2.6)", () => {
-  it.effect("tokens strictly increase per key and survive expiry; keys count separately", () =>
+  it.scoped("tokens strictly increase per key and survive expiry; keys count separately", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const token = (key: string) => withLock(key, (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(t.layer))
       const a1 = yield* token("a")
       const a2 = yield* token("a")
-      yield* occupy(t.backend, "a", 100)
+      yield* occupy(t, "a", 100)
       yield* TestClock.adjust(200)
       const a3 = yield* token("a")
       const b1 = yield* token("b")
@@ -487,7 +553,7 @@ describe("fencing (§2.6)", () => {
 })
 
 describe("bad input (§2.8)", () => {
-  it.effect("each bad option names its field and nothing reaches the backend", () =>
+  it.scoped("each bad option names its field and nothing reaches the backend", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const attempts: ReadonlyArray<Effect.Effect<unknown, { readonly _tag: string }, LockBackend>> = [
@@ -534,7 +600,7 @@ describe("bad input (§2.8)", () => {
       assert.deepStrictEqual(t.calls, { tryAcquire: 0, renew: 0, release: 0, subscribe: 0 })
     }))
 
-  it.effect("a key of exactly 4096 bytes is accepted", () =>
+  it.scoped("a key of exactly 4096 bytes is accepted", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const value = yield* withLock("é".repeat(2048), Effect.succeed(1)).pipe(Effect.provide(t.layer))

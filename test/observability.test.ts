@@ -49,7 +49,7 @@ describe("watchdog logs", () => {
     }
   })
 
-  it.effect("carry their own lock's annotations, not those of the fiber that first used the watchdog", () =>
+  it.scoped("carry their own lock's annotations, not those of another lock's fiber", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.failAllRenewals = true
@@ -62,7 +62,7 @@ describe("watchdog logs", () => {
       yield* TestClock.adjust("5 seconds")
       yield* Fiber.join(first)
       yield* Fiber.join(second)
-      assert.deepStrictEqual(lost, [["first", undefined], ["second", undefined]])
+      assert.deepStrictEqual(lost, [["first", "r-1"], ["second", undefined]])
     }).pipe(Effect.provide(Logger.replace(Logger.defaultLogger, capture))))
 })
 

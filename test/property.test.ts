@@ -6,7 +6,7 @@
  * gets in within a bound; afterwards no lock, waiter or watchdog fiber is left.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, FastCheck as fc, Fiber, Option, TestClock } from "effect"
+import { Effect, Exit, FastCheck as fc, Fiber, Metric, Option, TestClock } from "effect"
 import { Lock, withLock } from "../src/index.js"
 import * as metrics from "../src/internal/metrics.js"
 import { makeInstrumented } from "./support/instrumented.js"
@@ -30,7 +30,7 @@ describe("properties of the lock under random schedules", () => {
     "mutual exclusion, monotonic tokens, bounded waits, nothing left behind",
     [fc.array(fiberPlan, { minLength: 2, maxLength: 8 })],
     ([plans]) =>
-      Effect.gen(function*() {
+      Effect.scoped(Effect.gen(function*() {
         const t = yield* makeInstrumented
         const inside = new Map<number, string>()
         const tokens = new Map<number, Array<bigint>>()
@@ -104,9 +104,9 @@ describe("properties of the lock under random schedules", () => {
         assert.deepStrictEqual(violations, [])
         assert.strictEqual(yield* t.backend.lockCount, 0, "no lock left")
         assert.deepStrictEqual(yield* t.backend.waiters, { fibers: 0, keys: [] }, "no waiter left")
-        assert.strictEqual(metrics.watchdogs.active, 0, "no watchdog left")
+        assert.strictEqual((yield* Metric.value(metrics.watchdogs)).value, 0, "no watchdog left")
         for (const key of [0, 1, 2]) assert.isTrue(Option.isNone(yield* Lock.currentLease(`key-${key}`)))
-      }),
+      })),
     { fastCheck: { numRuns: 40 } }
   )
 })

@@ -1,67 +1,73 @@
 /**
- * The watchdog's timer: one heap of due times serves every hold; each hold still renews on its own
- * period and stops when released.
+ * The watchdog: one fiber per hold, in the hold's scope. Each hold renews on its own period (on the
+ * renewal grid, never later than the period), renewals that come due together go out as one
+ * backend call, and nothing renews once a hold's scope has closed.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, FastCheck as fc, Fiber, TestClock } from "effect"
-import { LockBackend, withLock } from "../src/index.js"
+import { Effect, Fiber, Metric, TestClock } from "effect"
+import { withLock } from "../src/index.js"
 import * as metrics from "../src/internal/metrics.js"
-import type { Timer } from "../src/internal/timerHeap.js"
-import { TimerHeap } from "../src/internal/timerHeap.js"
 import { makeInstrumented } from "./support/instrumented.js"
 
-describe("TimerHeap", () => {
-  it.prop("pops in due order whatever was pushed and removed", [
-    fc.array(fc.tuple(fc.integer({ min: 0, max: 1_000 }), fc.boolean()), { maxLength: 200 })
-  ], ([entries]) => {
-    const heap = new TimerHeap<Timer & { readonly id: number }>()
-    const items = entries.map(([due], id) => ({ due, index: -1, id }))
-    items.forEach((item) => heap.push(item))
-    const kept = items.filter((item, i) => {
-      if (entries[i]![1]) return true
-      heap.remove(item)
-      return false
-    })
-    heap.remove(items[0] ?? { due: 0, index: -1, id: -1 }) // removing twice or a stranger is harmless
-    const popped: Array<number> = []
-    for (let item = heap.pop(); item !== undefined; item = heap.pop()) popped.push(item.due)
-    const expected = kept.filter((item) => item !== items[0]).map((item) => item.due).sort((a, b) => a - b)
-    assert.deepStrictEqual(popped, expected)
-  })
-})
+const settle = Effect.repeatN(Effect.yieldNow(), 50)
+const activeWatchdogs = Effect.map(Metric.value(metrics.watchdogs), (state) => state.value)
 
 describe("watchdog", () => {
-  it.effect("holds with different leases each renew on their own period, and stop on release", () =>
+  it.scoped("holds with different leases each renew on their own period, and stop on release", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const leases = [300, 600, 900, 1_200, 3_000]
-      const renewals = new Map<string, number>()
-      const original = t.backend.renew
-      const counting = { ...t.backend, renew: (request: Parameters<typeof original>[0]) => {
-        renewals.set(request.key, (renewals.get(request.key) ?? 0) + 1)
-        return original(request)
-      } }
       const fibers = yield* Effect.forEach(leases, (lease) =>
-        Effect.fork(
-          withLock(`k${lease}`, Effect.sleep(3_000), { lease }).pipe(Effect.provideService(LockBackend, counting))
-        ))
-      yield* Effect.repeatN(Effect.yieldNow(), 50)
-      assert.strictEqual(metrics.watchdogs.active, leases.length)
+        Effect.fork(withLock(`k${lease}`, Effect.sleep(3_000), { lease }).pipe(Effect.provide(t.layer))))
+      yield* settle
+      assert.strictEqual(yield* activeWatchdogs, leases.length)
       for (let i = 0; i < 30; i++) {
         yield* TestClock.adjust(100)
-        yield* Effect.repeatN(Effect.yieldNow(), 20)
+        yield* settle
       }
       yield* Effect.forEach(fibers, Fiber.join)
-      // Renewal every lease/3 over 3 s (the last one may coincide with the release).
+      // A renewal every lease/3, brought forward to the grid by at most an eighth of the period.
       for (const lease of leases) {
-        const count = renewals.get(`k${lease}`) ?? 0
-        const expected = Math.floor(3_000 / Math.floor(lease / 3))
-        assert.isTrue(count === expected || count === expected - 1, `lease ${lease}: ${count} renewals, expected ~${expected}`)
+        const count = t.renewalsByKey.get(`k${lease}`) ?? 0
+        const period = Math.floor(lease / 3)
+        const fewest = Math.floor(3_000 / period) - 1
+        const most = Math.ceil(3_000 / (period - period / 8))
+        assert.isTrue(count >= fewest && count <= most, `lease ${lease}: ${count} renewals, expected ${fewest}..${most}`)
       }
-      assert.strictEqual(metrics.watchdogs.active, 0)
-      const total = [...renewals.values()].reduce((a, b) => a + b, 0)
+      assert.strictEqual(yield* activeWatchdogs, 0)
+      const total = t.calls.renew
       yield* TestClock.adjust(10_000)
-      yield* Effect.repeatN(Effect.yieldNow(), 20)
-      assert.strictEqual([...renewals.values()].reduce((a, b) => a + b, 0), total, "nothing renews after release")
+      yield* settle
+      assert.strictEqual(t.calls.renew, total, "nothing renews after release")
+    }))
+
+  it.scoped("renewals that come due together go out as one backend call", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const keys = Array.from({ length: 250 }, (_, i) => `bulk:${i}`)
+      const fibers = yield* Effect.forEach(keys, (key) =>
+        Effect.fork(withLock(key, Effect.sleep(10_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer))))
+      yield* settle
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.renew, 250, "every hold renewed once")
+      assert.strictEqual(t.renewCalls.count, 3, "in batches of at most 100")
+      yield* Effect.forEach(fibers, Fiber.interrupt)
+    }))
+
+  it.scoped("holds taken at slightly different times renew at the same grid instant", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const fibers: Array<Fiber.RuntimeFiber<void, unknown>> = []
+      for (let i = 0; i < 10; i++) {
+        fibers.push(yield* Effect.fork(withLock(`spread:${i}`, Effect.sleep(60_000)).pipe(Effect.provide(t.layer))))
+        yield* settle
+        yield* TestClock.adjust(50) // taken 50 ms apart, 30 s lease: renew every 10 s, on a 1024 ms grid
+      }
+      yield* TestClock.adjust(10_000)
+      yield* settle
+      assert.strictEqual(t.calls.renew, 10)
+      assert.isAtMost(t.renewCalls.count, 2, "ten holds, at most two grid instants")
+      yield* Effect.forEach(fibers, Fiber.interrupt)
     }))
 })

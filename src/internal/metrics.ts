@@ -30,5 +30,6 @@ export const waitTime = Metric.timerWithBoundaries("effect_lock_wait_duration", 
   30000
 ])
 
-/** Live watchdog fibers, for tests and dashboards: 0 when no lock is held. */
-export const watchdogs = { active: 0 }
+export const watchdogs = Metric.gauge("effect_lock_watchdogs_active", {
+  description: "Live watchdog fibers: one per hold, 0 when no lock is held"
+})

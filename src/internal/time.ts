@@ -15,3 +15,18 @@ export const nowMillis: Effect.Effect<number> = Effect.map(
  * (whose nanosecond reading requires whole milliseconds) only ever advances to whole milliseconds.
  */
 export const wholeMillis = (millis: number): number => Math.max(0, Math.ceil(millis))
+
+/** The longest timer JavaScript runs; Effect's live clock treats a longer sleep as endless. */
+const MAX_TIMER_MILLIS = 2 ** 31 - 1
+
+/**
+ * Sleep `millis` (rounded up to whole milliseconds) on `Clock`, in steps no timer refuses, so that a
+ * sleep of more than 24.8 days still ends. `Infinity` never ends.
+ */
+export const sleepMillis = (millis: number): Effect.Effect<void> => {
+  if (millis === Infinity) return Effect.never
+  const whole = wholeMillis(millis)
+  return whole <= MAX_TIMER_MILLIS
+    ? Effect.sleep(whole)
+    : Effect.zipRight(Effect.sleep(MAX_TIMER_MILLIS), Effect.suspend(() => sleepMillis(whole - MAX_TIMER_MILLIS)))
+}

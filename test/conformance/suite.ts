@@ -18,7 +18,7 @@ const elapsedMillis = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 /** Occupy `key` as a foreign client (no watchdog, nobody releases it) for `leaseMillis`. */
 const occupy = (backend: LockBackendShape, key: string, leaseMillis: number, owner = "foreign-client:1") =>
-  Effect.flatMap(backend.tryAcquire({ key, owner, leaseMillis, fencing: true }), (result) =>
+  Effect.flatMap(backend.primitives.tryAcquire({ key, owner, leaseMillis, fencing: true }), (result) =>
     result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
 
 export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unknown>) =>

@@ -1,16 +1,22 @@
 /**
- * Wraps a real backend to count calls and to inject faults (failing renewals or releases). The
- * wrapped backend still does the work; nothing here imitates Redis.
+ * Wraps the memory backend's primitives to count calls and to inject faults (failing renewals or
+ * releases, slow releases, lost notifications), then builds the service around them with
+ * `LockBackend.make`, as every backend is built. The wrapped primitives still do the work; nothing
+ * here imitates Redis.
  */
-import { Clock, Effect, Layer } from "effect"
-import type { LockBackendShape } from "../../src/LockBackend.js"
+import type { Scope } from "effect"
+import { Effect, Layer, Stream } from "effect"
 import { LockBackend } from "../../src/LockBackend.js"
 import { LockBackendError } from "../../src/LockError.js"
 import * as MemoryBackend from "../../src/MemoryBackend.js"
 
 export interface Instrumented {
   readonly backend: MemoryBackend.MemoryBackendShape
+  /** The memory primitives underneath, uncounted: for a foreign owner that the counts leave out. */
+  readonly inner: MemoryBackend.MemoryPrimitives
   readonly calls: { tryAcquire: number; renew: number; release: number; subscribe: number }
+  /** How many `renew` calls the backend got (each may carry several renewals). */
+  readonly renewCalls: { count: number }
   /** Owners whose renewals fail (as if their process could not reach the backend). */
   readonly failRenewals: Set<string>
   /** When true, every renewal fails. */
@@ -21,60 +27,54 @@ export interface Instrumented {
   releaseDelayMillis: number
   /** Release notifications never reach waiters (as with pub/sub down). */
   dropNotifications: boolean
+  /** Renewals seen, by key. */
+  readonly renewalsByKey: Map<string, number>
   readonly layer: Layer.Layer<LockBackend>
 }
 
-const fault = (operation: string, key: string) =>
+const fault = (operation: "renew" | "release", key: string) =>
   new LockBackendError({ backend: "memory", operation, key, cause: new Error("injected fault") })
 
-export const makeInstrumented: Effect.Effect<Instrumented> = Effect.map(MemoryBackend.make, (inner) => {
-  const self: Instrumented = {
-    backend: inner,
+/** A fresh instrumented memory backend, in the current scope. */
+export const makeInstrumented: Effect.Effect<Instrumented, never, Scope.Scope> = Effect.gen(function*() {
+  const inner = yield* MemoryBackend.makePrimitives
+  const self = {
     calls: { tryAcquire: 0, renew: 0, release: 0, subscribe: 0 },
-    failRenewals: new Set(),
+    renewCalls: { count: 0 },
+    failRenewals: new Set<string>(),
     failAllRenewals: false,
     failReleases: false,
     releaseDelayMillis: 0,
     dropNotifications: false,
-    layer: undefined as never
+    renewalsByKey: new Map<string, number>()
   }
-  const wrapped: LockBackendShape = {
-    name: inner.name,
+  const delayed = <A, E>(effect: Effect.Effect<A, E>) =>
+    self.releaseDelayMillis > 0 ? Effect.delay(effect, self.releaseDelayMillis) : effect
+  const releasing = <A>(key: string, release: Effect.Effect<A, LockBackendError>) =>
+    Effect.suspend(() => {
+      self.calls.release++
+      return delayed(self.failReleases ? Effect.fail(fault("release", key)) : release)
+    })
+  const wrapped: MemoryBackend.MemoryPrimitives = {
+    ...inner,
     tryAcquire: (request) => Effect.suspend(() => (self.calls.tryAcquire++, inner.tryAcquire(request))),
-    renew: (request) =>
+    renew: (requests) =>
       Effect.suspend(() => {
-        self.calls.renew++
-        return self.failAllRenewals || self.failRenewals.has(request.owner)
-          ? Effect.fail(fault("renew", request.key))
-          : inner.renew(request)
-      }),
-    release: (key, owner) =>
-      Effect.suspend(() => {
-        self.calls.release++
-        const release = self.failReleases ? Effect.fail(fault("release", key)) : inner.release(key, owner)
-        return self.releaseDelayMillis > 0 ? Effect.delay(release, self.releaseDelayMillis) : release
-      }),
-    forceRelease: inner.forceRelease,
-    inspect: inner.inspect,
-    subscribe: (key) =>
-      Effect.suspend(() => {
-        self.calls.subscribe++
-        return Effect.map(inner.subscribe(key), (signal) => {
-          // Waiting on, for the rest of the time, after a swallowed notification: the waiter never
-          // learns of it.
-          const awaitKept: typeof signal.await = (millis) =>
-            Effect.flatMap(Clock.currentTimeMillis, (start) =>
-              Effect.flatMap(signal.await(millis), (reason) => {
-                if (reason !== "released" || !self.dropNotifications) return Effect.succeed(reason)
-                return Effect.flatMap(Clock.currentTimeMillis, (now) => {
-                  const left = millis - (now - start)
-                  return left > 0 ? awaitKept(left) : Effect.succeed("timeout" as const)
-                })
-              }))
-          return { ...signal, await: awaitKept }
+        self.renewCalls.count++
+        self.calls.renew += requests.length
+        for (const request of requests) self.renewalsByKey.set(request.key, (self.renewalsByKey.get(request.key) ?? 0) + 1)
+        if (self.failAllRenewals) return Effect.fail(fault("renew", requests[0]!.key))
+        const failing = (owner: string) => self.failRenewals.has(owner)
+        return Effect.map(inner.renew(requests.filter((r) => !failing(r.owner))), (results) => {
+          let next = 0
+          return requests.map((r) => failing(r.owner) ? fault("renew", r.key) : results[next++]!)
         })
       }),
-    localWaiters: inner.localWaiters
+    release: (key, owner) => releasing(key, inner.release(key, owner)),
+    handOver: (key, from, to) => releasing(key, inner.handOver!(key, from, to)),
+    subscribe: (key) => Effect.suspend(() => (self.calls.subscribe++, inner.subscribe(key))),
+    notifications: Stream.filter(inner.notifications, () => !self.dropNotifications)
   }
-  return Object.assign(self, { layer: Layer.succeed(LockBackend, wrapped) })
+  const backend = yield* MemoryBackend.fromPrimitives(wrapped)
+  return Object.assign(self, { backend, inner, layer: Layer.succeed(LockBackend, backend) })
 })

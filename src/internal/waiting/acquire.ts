@@ -7,16 +7,17 @@
  * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
-import { Effect, Metric, Option } from "effect"
+import { Effect, Exit, Metric, Option } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
-import type { LockBackendShape, LockRequest } from "../LockBackend.js"
-import type { LockBackendError } from "../LockError.js"
-import { LockTimeoutError } from "../LockError.js"
-import * as metrics from "./metrics.js"
-import type { BusyInfo, ResolvedOptions } from "./options.js"
-import { nowMillis } from "./time.js"
-import type { Restore } from "./restore.js"
+import type { LockRequest } from "../../LockBackend.js"
+import type { LockBackendError } from "../../LockError.js"
+import { LockTimeoutError } from "../../LockError.js"
+import type { Backend } from "../backend/make.js"
+import type { BusyInfo, ResolvedOptions } from "../lock/options.js"
+import * as metrics from "../metrics.js"
+import type { Restore } from "../restore.js"
+import { nowMillis } from "../time.js"
 
 export interface Acquired {
   readonly fencingToken: bigint
@@ -25,22 +26,22 @@ export interface Acquired {
 }
 
 /** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
-const attempt = (backend: LockBackendShape, request: LockRequest) =>
+const attempt = (backend: Backend, request: LockRequest) =>
   Effect.flatMap(nowMillis, (startedAt) =>
-    Effect.map(backend.tryAcquire(request), (result) =>
+    Effect.map(backend.primitives.tryAcquire(request), (result) =>
       result._tag === "Acquired"
         ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
         : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const)
     ))
 
 export const acquireOnce = (
-  backend: LockBackendShape,
+  backend: Backend,
   request: LockRequest
 ): Effect.Effect<Option.Option<Acquired>, LockBackendError> =>
   Effect.map(attempt(backend, request), (r) => (r._tag === "Acquired" ? Option.some(r) : Option.none()))
 
 export const acquireWaiting = (
-  backend: LockBackendShape,
+  backend: Backend,
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore
@@ -52,7 +53,7 @@ export const acquireWaiting = (
     )
   // Fibers of this process already wait for the key: queue up behind them, first in, first out,
   // rather than barge in with an attempt that would be refused anyway (or win against them).
-  if (options.waitMillis > 0 && backend.localWaiters(request.key) > 0) return slowPath(undefined, false)
+  if (options.waitMillis > 0 && backend.queue.waitersOn(request.key) > 0) return slowPath(undefined, false)
   return Effect.flatMap(attempt(backend, request), (first) =>
     first._tag === "Acquired" ? Effect.succeed(first) : slowPath(first.ttlMillis, true))
 }
@@ -65,7 +66,7 @@ export const acquireWaiting = (
  * notification or their promotion to head reaches them, so they cost the server nothing.
  */
 const waitFor = (
-  backend: LockBackendShape,
+  backend: Backend,
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore,
@@ -89,7 +90,7 @@ const waitFor = (
 
     // Leaving the queue is the release of the registration, whatever happens.
     return yield* Effect.acquireUseRelease(
-      backend.subscribe(request),
+      backend.queue.register(request),
       (signal) =>
         Effect.gen(function*() {
           const opened = yield* restore(signal.ready)
@@ -140,6 +141,8 @@ const waitFor = (
             }
           }
         }),
-      (signal) => signal.leave
+      // Kept: the waiter got in (by its own attempt or a hand-over it took). Otherwise a lock handed
+      // to it while it was being interrupted is released on its behalf.
+      (signal, exit) => signal.leave(Exit.isSuccess(exit))
     )
   })

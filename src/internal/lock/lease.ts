@@ -1,9 +1,10 @@
 /** The user-facing view of a hold. */
 import type { Effect } from "effect"
 import type { Duration } from "effect"
-import type { LockLostError } from "../LockError.js"
+import type { LockLostError } from "../../LockError.js"
+import { guard } from "./guard.js"
 import type { Hold } from "./hold.js"
-import { awaitLoss, guard, isHeld, remaining } from "./hold.js"
+import { awaitLoss, isHeld, remaining } from "./hold.js"
 
 /**
  * A held lock, as the program inside it sees it.
@@ -13,7 +14,7 @@ import { awaitLoss, guard, isHeld, remaining } from "./hold.js"
  */
 export interface Lease {
   readonly key: string
-  /** The owner id, `<process uuid>:<n>`, shared by the program and the fibers it forks. */
+  /** The owner id sent to the backend, `<process uuid>:<n>`: fresh per hold, shared by its reentries. */
   readonly owner: string
   /**
    * Strictly increasing per key across every client, issued on each fresh acquisition (a reentry
@@ -24,19 +25,25 @@ export interface Lease {
   readonly holdCount: number
   /** Clock time (ms) at which the acquiring round trip started. */
   readonly acquiredAt: number
-  /** Fails with `LockLostError` when the lock is lost; never succeeds. */
+  /**
+   * Fails with `LockLostError` when the lock is lost (or, with reason `released`, once its scope
+   * has released it); never succeeds.
+   */
   readonly lost: Effect.Effect<never, LockLostError>
   /** Whether the lock is still held: not lost, not released, and its local deadline not passed. */
   readonly isHeld: Effect.Effect<boolean>
-  /** Time left until the local deadline (zero once lost or released). */
+  /** Time left until the local deadline, in whole milliseconds (zero once lost or released). */
   readonly remaining: Effect.Effect<Duration.Duration>
-  /** Run an effect only while the lock is held: it is interrupted with `LockLostError` on loss. */
+  /**
+   * Run an effect only while the lock is held: it is interrupted with `LockLostError` on loss, and
+   * refused (`LockLostError`, reason `released`) once the lease's scope has released it.
+   */
   readonly guard: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | LockLostError, R>
 }
 
 export const makeLease = (hold: Hold): Lease => ({
   key: hold.key,
-  owner: hold.owner.id,
+  owner: hold.owner,
   fencingToken: hold.fencingToken,
   holdCount: hold.count,
   acquiredAt: hold.acquiredAt,

@@ -4,22 +4,30 @@
  */
 import { Duration, Effect, Schedule } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
-import { LockOptionsError } from "../LockError.js"
+import { LockOptionsError } from "../../LockError.js"
 
 /**
  * @since 0.1.0
  * @category options
  */
 export interface LockOptions {
-  /** How long the lease lasts without renewal. Default 30 seconds. */
+  /**
+   * How long the lease lasts without renewal: a whole number of milliseconds, at most 2^31 - 1
+   * (24.8 days). Default 30 seconds.
+   */
   readonly lease?: Duration.DurationInput | undefined
   /**
    * Renew the lease in the background while the lock is held. `true` (default) renews every
-   * lease/3; a duration renews at that period (it must be shorter than the lease); `false` lets the
-   * lease end on its own, and losing it then interrupts the program.
+   * lease/3; a duration renews at that period; `false` lets the lease end on its own, and losing it
+   * then interrupts the program. A renewal must come due at least one drift margin before the local
+   * deadline: the period is at most `lease - 2 × drift` (drift = 1 % of the lease + 2 ms), so that a
+   * backend that answers never loses the lock.
    */
   readonly renew?: boolean | Duration.DurationInput | undefined
-  /** How long to wait for the lock. Default: no limit (the wait stays interruptible). */
+  /**
+   * How long to wait for the lock: a whole number of milliseconds, or `Infinity`. Default: no limit
+   * (the wait stays interruptible).
+   */
   readonly wait?: Duration.DurationInput | undefined
   /**
    * The schedule between attempts while waiting. Release notifications and the holder's remaining
@@ -61,6 +69,9 @@ export interface ResolvedOptions {
 /** Keys longer than this (in UTF-8 bytes) are refused. */
 export const MAX_KEY_BYTES = 4096
 
+/** The longest lease: the longest timer JavaScript runs, and well inside Redis' `PEXPIRE` range. */
+export const MAX_LEASE_MILLIS = 2 ** 31 - 1
+
 export const defaultRetry: Schedule.Schedule<unknown, BusyInfo> = Schedule.exponential("20 millis", 2).pipe(
   Schedule.either(Schedule.spaced("1 second")),
   Schedule.jittered
@@ -68,19 +79,25 @@ export const defaultRetry: Schedule.Schedule<unknown, BusyInfo> = Schedule.expon
 
 const DEFAULT_LEASE_MILLIS = 30_000
 
+const keyError = (reason: string) => Effect.fail(new LockOptionsError({ field: "key", reason }))
+
+// A high surrogate not followed by a low one, or a low one not preceded by a high one.
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
 export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsError> => {
-  if (typeof key !== "string") {
-    return Effect.fail(new LockOptionsError({ field: "key", reason: `must be a string, got ${typeof key}` }))
-  }
-  if (key.length === 0) {
-    return Effect.fail(new LockOptionsError({ field: "key", reason: "must not be empty" }))
-  }
-  const bytes = Buffer.byteLength(key, "utf8")
-  if (bytes > MAX_KEY_BYTES) {
-    return Effect.fail(
-      new LockOptionsError({ field: "key", reason: `is ${bytes} bytes long; the limit is ${MAX_KEY_BYTES} bytes` })
+  if (typeof key !== "string") return keyError(`must be a string, got ${typeof key}`)
+  if (key.length === 0) return keyError("must not be empty")
+  // UTF-8 has no encoding for a lone surrogate: such keys would all become one Redis key (U+FFFD).
+  const lone = loneSurrogate.exec(key)
+  if (lone !== null) {
+    return keyError(
+      `is not well-formed UTF-16: a lone surrogate (\\u${
+        lone[0].charCodeAt(0).toString(16)
+      }) at index ${lone.index}, e.g. a string cut in the middle of an emoji`
     )
   }
+  const bytes = Buffer.byteLength(key, "utf8")
+  if (bytes > MAX_KEY_BYTES) return keyError(`is ${bytes} bytes long; the limit is ${MAX_KEY_BYTES} bytes`)
   return Effect.succeed(key)
 }
 
@@ -92,11 +109,14 @@ const isNegativeInput = (input: unknown): boolean => {
   return false
 }
 
-/** Parse a duration input to milliseconds, refusing NaN, negatives, and (unless allowed) zero and infinity. */
+/**
+ * Parse a duration input to whole milliseconds, refusing NaN, negatives, fractions of a millisecond,
+ * and (unless allowed) zero and infinity.
+ */
 const toMillis = (
   field: string,
   input: unknown,
-  allow: { readonly zero: boolean; readonly infinite: boolean }
+  allow: { readonly zero: boolean; readonly infinite: boolean; readonly max: number }
 ): Effect.Effect<number, LockOptionsError> => {
   const fail = (reason: string) => Effect.fail(new LockOptionsError({ field, reason }))
   if (typeof input === "number" && Number.isNaN(input)) return fail("must be a number of milliseconds, got NaN")
@@ -104,8 +124,12 @@ const toMillis = (
   const decoded = Duration.decodeUnknown(input)
   if (decoded._tag === "None") return fail(`is not a duration: ${String(input)}`)
   const millis = Duration.toMillis(decoded.value)
-  if (!Number.isFinite(millis) && !allow.infinite) return fail("must be finite")
+  if (!Number.isFinite(millis)) return allow.infinite ? Effect.succeed(Infinity) : fail("must be finite")
   if (millis === 0 && !allow.zero) return fail(`must be positive, got ${String(input)}`)
+  if (!Number.isInteger(millis)) {
+    return fail(`must be a whole number of milliseconds, got ${millis} ms (${String(input)})`)
+  }
+  if (millis > allow.max) return fail(`must be at most ${allow.max} ms, got ${millis} ms`)
   return Effect.succeed(millis)
 }
 
@@ -125,6 +149,12 @@ const checkRecurs = (
     )
   )
 }
+
+/** The safety margin subtracted from the local deadline: 1 % of the lease + 2 ms. */
+export const driftOf = (leaseMillis: number): number => Math.floor(leaseMillis * 0.01) + 2
+
+/** The longest renew period that leaves a renewal one drift margin before the local deadline. */
+export const maxRenewOf = (leaseMillis: number): number => leaseMillis - 2 * driftOf(leaseMillis)
 
 const cache = new WeakMap<LockOptions, ResolvedOptions>()
 let defaults: ResolvedOptions | undefined
@@ -148,34 +178,43 @@ const resolveUncached = (options: LockOptions): Effect.Effect<ResolvedOptions, L
     }
     const leaseMillis = options.lease === undefined
       ? DEFAULT_LEASE_MILLIS
-      : yield* toMillis("lease", options.lease, { zero: false, infinite: false })
-    let renewMillis: number
-    if (options.renew === undefined || options.renew === true) {
-      renewMillis = Math.max(1, Math.floor(leaseMillis / 3))
-    } else if (options.renew === false) {
-      renewMillis = 0
-    } else {
-      renewMillis = yield* toMillis("renew", options.renew, { zero: false, infinite: false })
-      if (renewMillis >= leaseMillis) {
-        return yield* new LockOptionsError({
-          field: "renew",
-          reason: `the renewal period (${renewMillis} ms) must be shorter than the lease (${leaseMillis} ms)`
-        })
-      }
-    }
-    const waitMillis = options.wait === undefined
-      ? Infinity
-      : yield* toMillis("wait", options.wait, { zero: true, infinite: true })
-    const retry = options.retry === undefined ? defaultRetry : yield* checkRecurs(options.retry)
-    if (options.fencing !== undefined && typeof options.fencing !== "boolean") {
-      return yield* new LockOptionsError({ field: "fencing", reason: "must be a boolean" })
-    }
-    const driftMillis = Math.floor(leaseMillis * 0.01) + 2
+      : yield* toMillis("lease", options.lease, { zero: false, infinite: false, max: MAX_LEASE_MILLIS })
+    const driftMillis = driftOf(leaseMillis)
     if (driftMillis >= leaseMillis) {
       return yield* new LockOptionsError({
         field: "lease",
         reason: `must be longer than the clock-drift margin (${driftMillis} ms)`
       })
+    }
+    const maxRenew = maxRenewOf(leaseMillis)
+    let renewMillis: number
+    if (options.renew === undefined || options.renew === true) {
+      renewMillis = Math.max(1, Math.floor(leaseMillis / 3))
+      if (renewMillis > maxRenew) {
+        return yield* new LockOptionsError({
+          field: "lease",
+          reason: `${leaseMillis} ms is too short to renew (a renewal must come due ${driftMillis} ms before ` +
+            `the local deadline at ${leaseMillis - driftMillis} ms): use a longer lease, or renew: false`
+        })
+      }
+    } else if (options.renew === false) {
+      renewMillis = 0
+    } else {
+      renewMillis = yield* toMillis("renew", options.renew, { zero: false, infinite: false, max: MAX_LEASE_MILLIS })
+      if (renewMillis > maxRenew) {
+        return yield* new LockOptionsError({
+          field: "renew",
+          reason: `the renewal period (${renewMillis} ms) must be at most the lease minus twice the drift margin ` +
+            `(${leaseMillis} - 2 × ${driftMillis} = ${maxRenew} ms), so that a renewal comes due before the local deadline`
+        })
+      }
+    }
+    const waitMillis = options.wait === undefined
+      ? Infinity
+      : yield* toMillis("wait", options.wait, { zero: true, infinite: true, max: Number.MAX_SAFE_INTEGER })
+    const retry = options.retry === undefined ? defaultRetry : yield* checkRecurs(options.retry)
+    if (options.fencing !== undefined && typeof options.fencing !== "boolean") {
+      return yield* new LockOptionsError({ field: "fencing", reason: "must be a boolean" })
     }
     return {
       leaseMillis,

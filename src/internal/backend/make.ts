@@ -1,0 +1,69 @@
+/**
+ * `LockBackend.make`: what every backend shares, built once around its primitives and owned by the
+ * scope it is built in (the backend layer's). Locks talk to this, never to the primitives:
+ *
+ * - `queue`: the local wait queues (wake-one, FIFO, promotion of the head), subscribed to the
+ *   backend's notifications for exactly as long as a key has local waiters;
+ * - `release`: an owner-checked release that hands the lock to a parked local waiter when the
+ *   backend can do that in the same call;
+ * - `renewAt`: the renewal scheduler (`renewals.ts`): renewals due at the same instant go out
+ *   together, 100 to a `primitives.renew` call.
+ */
+import type { Scope } from "effect"
+import { Effect, Stream } from "effect"
+import type {
+  LockBackendShape,
+  LockPrimitives,
+  ReleaseResult,
+  TypeId as LockBackendTypeId
+} from "../../LockBackend.js"
+import type { LockBackendError } from "../../LockError.js"
+import { releaseHandingOver } from "../waiting/handOver.js"
+import type { WaiterQueue } from "../waiting/waiterQueue.js"
+import { makeWaiterQueue } from "../waiting/waiterQueue.js"
+import type { RenewAt } from "./renewals.js"
+import { makeRenewals } from "./renewals.js"
+
+export const TypeId: LockBackendTypeId = Symbol.for("effect-lock/LockBackend") as LockBackendTypeId
+
+/** The service as the lock code sees it. Every `LockBackendShape` is one: only `make` builds them. */
+export interface Backend extends LockBackendShape {
+  readonly queue: WaiterQueue
+  readonly renewAt: RenewAt
+  /** Release one hold, handing the lock to a local waiter where the backend can. */
+  readonly release: (key: string, owner: string) => Effect.Effect<ReleaseResult, LockBackendError>
+}
+
+export const backendOf = (service: LockBackendShape): Backend => service as Backend
+
+export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const logged = (what: string) => (effect: Effect.Effect<unknown, LockBackendError>) =>
+      Effect.catchAll(Effect.asVoid(effect), (error) =>
+        Effect.logWarning(`${what} failed; its lease will end on its own`, error).pipe(
+          Effect.annotateLogs({ backend: primitives.name })
+        ))
+    const queue: WaiterQueue = makeWaiterQueue({
+      onFirst: primitives.subscribe,
+      onLast: primitives.unsubscribe,
+      onOrphan: (request) =>
+        releaseHandingOver(queue, primitives, request.key, request.owner).pipe(
+          logged(`Releasing lock "${request.key}" handed to a waiter that was interrupted`)
+        )
+    })
+    yield* Effect.forkScoped(Effect.interruptible(Stream.runForEach(primitives.notifications, (notification) =>
+      Effect.sync(() => {
+        if (notification._tag === "Released") queue.notify(notification.key)
+        else queue.notifyEveryKey()
+      }))))
+    const renewAt = yield* makeRenewals(primitives)
+    const backend: Backend = {
+      [TypeId]: TypeId,
+      name: primitives.name,
+      primitives,
+      queue,
+      renewAt,
+      release: (key, owner) => releaseHandingOver(queue, primitives, key, owner)
+    }
+    return backend
+  })

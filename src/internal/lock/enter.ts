@@ -1,0 +1,163 @@
+/**
+ * Entering a lock: reenter a hold of the current region (no backend call), or acquire fresh (one
+ * attempt, or waiting), then start the hold's watchdog in the hold's scope and release the hold
+ * when that scope closes. `withLock` gives the hold a scope of its own around the program;
+ * `Lock.acquire` uses the caller's.
+ */
+import { Effect, FiberRef, Metric, Option, Scope } from "effect"
+import type { LockRequest } from "../../LockBackend.js"
+import { LockBackend } from "../../LockBackend.js"
+import type { LockBackendError, LockLostError, LockTimeoutError } from "../../LockError.js"
+import type { Backend } from "../backend/make.js"
+import { backendOf } from "../backend/make.js"
+import * as metrics from "../metrics.js"
+import type { Restore } from "../restore.js"
+import { withSpan } from "../tracing.js"
+import type { Acquired } from "../waiting/acquire.js"
+import { acquireOnce, acquireWaiting } from "../waiting/acquire.js"
+import { runGuarded } from "./guard.js"
+import type { Hold } from "./hold.js"
+import { makeHold, releaseHold } from "./hold.js"
+import type { Lease } from "./lease.js"
+import { makeLease } from "./lease.js"
+import type { ResolvedOptions } from "./options.js"
+import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
+import { watchdog } from "./watchdog.js"
+
+/** The program run under a lock: an effect, or a function of the `Lease`. */
+export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
+
+/** How a fresh acquisition is attempted: once, or waiting. `undefined` means busy. */
+export type Attempt<E> = (
+  backend: Backend,
+  request: LockRequest,
+  options: ResolvedOptions,
+  restore: Restore
+) => Effect.Effect<Acquired | undefined, E>
+
+export const once: Attempt<LockBackendError> = (backend, request) =>
+  Effect.map(acquireOnce(backend, request), Option.getOrUndefined)
+
+export const waiting: Attempt<LockTimeoutError | LockBackendError> = acquireWaiting
+
+/**
+ * A program that is an Effect runs as one, even when it is callable too (a `Context.Tag` is both);
+ * the lease is made only for a program that asks for it.
+ */
+export const runProgram = <A, E, R>(program: Program<A, E, R>, hold: Hold): Effect.Effect<A, E, R> =>
+  Effect.isEffect(program) ? program : Effect.suspend(() => program(makeLease(hold)))
+
+/** A fresh hold on `key`, or `undefined` when attempting once and busy. Inside `uninterruptibleMask`. */
+const acquireFresh = <E>(
+  backend: Backend,
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E>,
+  restore: Restore,
+  scoped: boolean
+): Effect.Effect<Hold | undefined, E> =>
+  Effect.suspend(() => {
+    const request: LockRequest = { key, owner: newOwnerId(), leaseMillis: options.leaseMillis, fencing: options.fencing }
+    return attempt(backend, request, options, restore).pipe(
+      Effect.flatMap((acquired) =>
+        acquired === undefined
+          ? Effect.succeed(undefined)
+          : Effect.as(
+            Metric.increment(metrics.acquisitions),
+            makeHold(backend, key, request.owner, options, acquired.fencingToken, acquired.startedAt, scoped)
+          )
+      ),
+      withSpan("effect-lock.acquire", { key, backend: backend.name })
+    )
+  })
+
+/**
+ * Tie `hold` to `scope`: the release is its last finaliser and the watchdog is forked into it, so
+ * closing the scope stops the watchdog, then releases.
+ */
+const holdIn = (hold: Hold, scope: Scope.Scope): Effect.Effect<void> =>
+  Effect.zipRight(
+    Scope.addFinalizer(scope, releaseHold(hold)),
+    Effect.asVoid(Effect.forkIn(Effect.interruptible(watchdog(hold)), scope))
+  )
+
+/** Run `program` as a reentry into `hold`: no backend call, and the hold's guard still applies. */
+const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.withFiberRuntime<A, E | LockLostError, R>((fiber) => {
+      hold.count++
+      // From the fiber that already runs guarded by this hold no guard fiber of its own is needed:
+      // a loss interrupts this very fiber, and the outer withLock reports it.
+      const inPlace = hold.guarded?.has(fiber as never) === true
+      const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
+      return Effect.zipRight(
+        Metric.increment(metrics.reentries),
+        Effect.ensuring(run, Effect.sync(() => hold.count--))
+      )
+    })
+  )
+
+/** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
+export const runLocked = <A, E, R, E2>(
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E2>,
+  program: Program<A, E, R>
+): Effect.Effect<A | undefined, E | E2 | LockLostError, R | LockBackend> =>
+  Effect.flatMap(LockBackend, (service) => {
+    const backend = backendOf(service)
+    return Effect.flatMap(FiberRef.get(currentRegion), (region) => {
+      const reentered = findHold(region, backend, key)
+      if (reentered !== undefined) return reenter(reentered, program)
+      return Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, false), (hold) => {
+          if (hold === undefined) return Effect.succeed(undefined)
+          return Effect.flatMap(Scope.make(), (scope) =>
+            Effect.zipRight(
+              holdIn(hold, scope),
+              Effect.flatMap(
+                Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
+                (exit) => Effect.zipRight(Scope.close(scope, exit), exit)
+              )
+            ))
+        })
+      )
+    })
+  })
+
+/** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
+export const enterScoped = <E>(
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E>
+): Effect.Effect<Lease | undefined, E, LockBackend | Scope.Scope> =>
+  Effect.flatMap(LockBackend, (service) => {
+    const backend = backendOf(service)
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(Effect.zip(Effect.scope, FiberRef.get(currentRegion)), ([scope, region]) => {
+        const reentered = findHold(region, backend, key)
+        if (reentered !== undefined) {
+          reentered.count++
+          return Effect.as(
+            Effect.zipRight(
+              Metric.increment(metrics.reentries),
+              Scope.addFinalizer(scope, Effect.sync(() => reentered.count--))
+            ),
+            makeLease(reentered)
+          )
+        }
+        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, true), (hold) =>
+          hold === undefined ? Effect.succeed(undefined) : Effect.as(
+            Effect.zipRight(
+              holdIn(hold, scope),
+              // The rest of the scope is the hold's region: joiners of this fiber see it too.
+              Effect.zipRight(
+                FiberRef.update(currentRegion, (current) => extend(current, hold)),
+                Scope.addFinalizer(scope, FiberRef.update(currentRegion, (current) => without(current, hold)))
+              )
+            ),
+            makeLease(hold)
+          ))
+      })
+    )
+  })

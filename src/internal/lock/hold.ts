@@ -1,0 +1,170 @@
+/**
+ * A hold: one fresh acquisition of one key on one backend, owned by the region that acquired it,
+ * from the acquisition until its scope closes. It carries the owner id sent to the backend, the
+ * fencing token, the local deadline, the loss signal, and the fibers that run guarded by it.
+ *
+ * The state, and every transition (nothing else changes it):
+ *
+ * ```text
+ * Held  --watchdog: stolen, expired, renewal failed; or a guarded step past the deadline-->  Lost
+ * Held  --its scope closes-->  Released   (fibers still guarded by it are interrupted)
+ * Lost  --its scope closes-->  Lost       (the owner-checked release is still sent: it cleans up
+ *                                          whatever is left and cannot touch another owner's lock)
+ * ```
+ *
+ * `count` is the number of entries into the hold that have not left: 1 for the region's own, plus
+ * reentries. Reentries are tracked here, in process; the backend sees one hold count per hold.
+ */
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, Metric } from "effect"
+import type { Fiber } from "effect"
+import type { LostReason } from "../../LockError.js"
+import { LockLostError } from "../../LockError.js"
+import type { Backend } from "../backend/make.js"
+import * as metrics from "../metrics.js"
+import { nowMillis } from "../time.js"
+import type { ResolvedOptions } from "./options.js"
+
+export type HoldState =
+  | { readonly _tag: "Held" }
+  | { readonly _tag: "Lost"; readonly error: LockLostError }
+  | { readonly _tag: "Released"; readonly at: number }
+
+export interface Hold {
+  readonly key: string
+  /** The owner id sent to the backend, `<process uuid>:<n>`. */
+  readonly owner: string
+  readonly backend: Backend
+  readonly options: ResolvedOptions
+  readonly fencingToken: bigint
+  /** Clock time at which the acquiring call started. */
+  readonly acquiredAt: number
+  /** Acquired into a scope (`Lock.acquire`) rather than for a program (`withLock`). */
+  readonly scoped: boolean
+  state: HoldState
+  count: number
+  /** Local deadline (Clock millis): last confirmed acquire/renew start + lease - drift. */
+  deadline: number
+  /** Completed with the loss (or the release); made only when somebody awaits `Lease.lost`. */
+  lostSignal: Deferred.Deferred<never, LockLostError> | undefined
+  /** Fibers running a program guarded by this hold: interrupted on loss. */
+  guarded: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
+}
+
+const held: HoldState = { _tag: "Held" }
+
+export const makeHold = (
+  backend: Backend,
+  key: string,
+  owner: string,
+  options: ResolvedOptions,
+  fencingToken: bigint,
+  startedAt: number,
+  scoped: boolean
+): Hold => ({
+  key,
+  owner,
+  backend,
+  options,
+  fencingToken,
+  acquiredAt: startedAt,
+  scoped,
+  state: held,
+  count: 1,
+  deadline: startedAt + options.leaseMillis - options.driftMillis,
+  lostSignal: undefined,
+  guarded: undefined
+})
+
+const lostError = (hold: Hold, reason: LostReason, now: number, cause?: unknown) =>
+  new LockLostError({
+    key: hold.key,
+    owner: hold.owner,
+    reason,
+    fencingToken: hold.fencingToken,
+    heldMillis: Math.round(now - hold.acquiredAt),
+    ...(cause === undefined ? {} : { cause })
+  })
+
+/** Why the hold is no longer usable, or `undefined` while it is held. */
+const endedError = (hold: Hold): LockLostError | undefined => {
+  const state = hold.state
+  return state._tag === "Held" ? undefined : state._tag === "Lost" ? state.error : lostError(hold, "released", state.at)
+}
+
+const signalEnd = (hold: Hold, error: LockLostError) => {
+  if (hold.lostSignal !== undefined) Deferred.unsafeDone(hold.lostSignal, Exit.fail(error))
+  if (hold.guarded !== undefined) for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
+}
+
+/** Declare the hold lost: interrupt everything guarded by it, count and log it. */
+export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effect.Effect<void> =>
+  Effect.flatMap(nowMillis, (now) => {
+    if (hold.state._tag !== "Held") return Effect.void
+    const error = lostError(hold, reason, now, cause)
+    hold.state = { _tag: "Lost", error }
+    signalEnd(hold, error)
+    return Effect.zipRight(
+      Metric.increment(metrics.lost),
+      Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
+    )
+  })
+
+/**
+ * The end of the hold's region: the hold is released (fibers still guarded by it are interrupted),
+ * and the owner-checked release goes to the backend, which may hand the lock to a local waiter. A
+ * failed release is logged and counted, never raised: the lease then ends on its own.
+ */
+export const releaseHold = (hold: Hold): Effect.Effect<void> =>
+  Effect.flatMap(nowMillis, (now) => {
+    if (hold.state._tag === "Released") return Effect.void
+    if (hold.state._tag === "Held") {
+      hold.state = { _tag: "Released", at: now }
+      if (hold.lostSignal !== undefined || (hold.guarded !== undefined && hold.guarded.size > 0)) {
+        signalEnd(hold, lostError(hold, "released", now))
+      }
+    }
+    return hold.backend.release(hold.key, hold.owner).pipe(
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          Metric.increment(metrics.releaseFailures),
+          Effect.logWarning(
+            `Releasing lock "${hold.key}" failed (${error.message}); its lease will expire on its own`
+          ).pipe(Effect.annotateLogs({ key: hold.key, owner: hold.owner }))
+        )
+      )
+    )
+  })
+
+export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
+  Effect.map(
+    nowMillis,
+    (now) => hold.state._tag === "Held" ? Duration.millis(Math.max(0, Math.floor(hold.deadline - now))) : Duration.zero
+  )
+
+/** Fails as soon as the hold is lost or released; never succeeds. */
+export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
+  Effect.suspend(() => {
+    const ended = endedError(hold)
+    return ended !== undefined
+      ? Effect.fail(ended)
+      : Deferred.await(hold.lostSignal ??= Deferred.unsafeMake<never, LockLostError>(FiberId.none))
+  })
+
+/**
+ * Fails when the hold can no longer be used: lost, released, or past its local deadline (which
+ * makes it lost, whether or not the watchdog has run yet: a paused process learns it here).
+ */
+export const checkHeld = (hold: Hold): Effect.Effect<void, LockLostError> =>
+  Effect.flatMap(nowMillis, (now) => {
+    if (hold.state._tag === "Held" && now >= hold.deadline) return Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold))
+    const ended = endedError(hold)
+    return ended === undefined ? Effect.void : Effect.fail(ended)
+  })
+
+/** Held: not lost, not released, and the local deadline not passed. */
+export const isHeld = (hold: Hold): Effect.Effect<boolean> =>
+  Effect.map(nowMillis, (now) => hold.state._tag === "Held" && now < hold.deadline)
+
+/** The loss (or release) behind an interruption of a guarded fiber, if that is what it was. */
+export const endedBy = (hold: Hold, cause: Cause.Cause<unknown>): LockLostError | undefined =>
+  hold.state._tag !== "Held" && Cause.isInterruptedOnly(cause) ? endedError(hold) : undefined

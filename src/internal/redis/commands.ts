@@ -1,0 +1,128 @@
+/**
+ * Running scripts on the command connection, within the command budget, and undoing an
+ * acquisition whose reply was lost.
+ */
+import { Effect } from "effect"
+import type { LockRequest } from "../../LockBackend.js"
+import type { BackendOperation, LockBackendError } from "../../LockError.js"
+import type { Connections } from "./connection.js"
+import { backendName, certainlyNotRun, messageOf, redisError, unexpectedReply } from "./errors.js"
+import type { KeyLayout } from "./keys.js"
+import * as scripts from "./lockScripts.js"
+import type { Script } from "./scripts.js"
+import { runScript } from "./scripts.js"
+
+export interface Commands {
+  /** Run `script` once, within the command budget; its reply decoded. */
+  readonly call: <I extends ReadonlyArray<unknown>, A>(
+    operation: BackendOperation,
+    key: string,
+    script: Script<I, A>,
+    ...input: I
+  ) => Effect.Effect<A, LockBackendError>
+  /**
+   * A call that may take the lock for `request.owner`. If it may have run but its reply is lost or
+   * comes too late for the caller (`took` says whether it took the lock), that hold is released
+   * again, owner checked.
+   */
+  readonly callTaking: <I extends ReadonlyArray<unknown>, A>(
+    operation: BackendOperation,
+    request: LockRequest,
+    took: (result: A) => boolean,
+    script: Script<I, A>,
+    ...input: I
+  ) => Effect.Effect<A, LockBackendError>
+}
+
+export const makeCommands = (connections: Connections, layout: KeyLayout): Commands => {
+  const { batch, budgeted, command, runFork } = connections
+
+  /** Run a script on the command connection, its write batched with the others of this turn. */
+  const send = <I extends ReadonlyArray<unknown>, A>(
+    script: Script<I, A>,
+    input: I,
+    onReply: (reply: unknown) => void,
+    onError: (error: unknown) => void
+  ) => {
+    batch()
+    runScript(command, script, input, onReply, onError)
+  }
+
+  const call = <I extends ReadonlyArray<unknown>, A>(
+    operation: BackendOperation,
+    key: string,
+    script: Script<I, A>,
+    ...input: I
+  ): Effect.Effect<A, LockBackendError> =>
+    budgeted(
+      Effect.async<A, LockBackendError>((resume) => {
+        send(script, input, (reply) => {
+          const value = script.decode(reply)
+          resume(value === undefined ? Effect.fail(unexpectedReply(operation, key, reply)) : Effect.succeed(value))
+        }, (cause) => resume(Effect.fail(redisError(operation, key, cause))))
+      }),
+      operation,
+      key
+    )
+
+  // The acquiring script may have run although its reply never reached the caller (a command
+  // timeout, a dropped connection, an interrupted caller). Its hold is then released here, owner
+  // checked, and ordered right after the acquire: at once on the same connection, or, when that
+  // connection dropped, as the very first command once it is back (written from the "ready"
+  // handler, before any waiting call resumes). The acquire is never resent, so it ran before the
+  // drop or not at all, and no other command of this backend gets in between. The release
+  // decrements, so it can only ever cancel that one acquire, never a hold the owner takes later.
+  const compensate = (request: LockRequest, why: string) => {
+    const annotate = Effect.annotateLogs({ backend: backendName, key: request.key, owner: request.owner, why })
+    const noReply = (error: unknown) =>
+      runFork(annotate(
+        Effect.logWarning(
+          "A compensating release for an acquire whose reply was lost got no reply either; " +
+            "if the acquire took the lock, the lock ends with its lease"
+        ).pipe(Effect.annotateLogs("error", messageOf(error)))
+      ))
+    connections.whenConnected(
+      () =>
+        send(scripts.release, [layout.keysOf(request.key), request.owner], (reply) => {
+          if (reply !== -1) runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+        }, noReply),
+      () => noReply(new Error("the connection is closed"))
+    )
+  }
+
+  const callTaking = <I extends ReadonlyArray<unknown>, A>(
+    operation: BackendOperation,
+    request: LockRequest,
+    took: (result: A) => boolean,
+    script: Script<I, A>,
+    ...input: I
+  ): Effect.Effect<A, LockBackendError> =>
+    budgeted(
+      Effect.async<A, LockBackendError>((resume) => {
+        let abandoned = false
+        let settled = false
+        send(script, input, (reply) => {
+          settled = true
+          const result = script.decode(reply)
+          if (!abandoned) {
+            resume(result === undefined ? Effect.fail(unexpectedReply(operation, request.key, reply)) : Effect.succeed(result))
+          } else if (result !== undefined && took(result)) {
+            compensate(request, "caller interrupted")
+          }
+        }, (cause) => {
+          settled = true
+          if (!certainlyNotRun(cause)) compensate(request, messageOf(cause))
+          if (!abandoned) resume(Effect.fail(redisError(operation, request.key, cause)))
+        })
+        // Interrupted while the script is in flight: whatever it turns out to have done must not
+        // outlive this caller.
+        return Effect.sync(() => {
+          if (!settled) abandoned = true
+        })
+      }),
+      operation,
+      request.key
+    )
+
+  return { call, callTaking }
+}

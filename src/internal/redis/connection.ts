@@ -1,0 +1,261 @@
+/**
+ * The Redis backend's two connections: one for commands and one shared subscriber, whatever the
+ * number of locks and waiters. Opened with the options the failure behaviour depends on, watched
+ * (connection errors are logged once per run), and closed with the scope.
+ *
+ * The command budget: every call gets `commandTimeout` from the moment it is made, in total. While
+ * the command connection is (re)connecting, a call waits for it inside that budget instead of
+ * failing at once, so a blip shorter than the budget (a restart, a dropped connection) costs a
+ * delay, not a `LockBackendError`. It is then sent exactly once: never queued for later, never
+ * resent.
+ */
+import type { Scope } from "effect"
+import { Effect, FiberSet, Redacted } from "effect"
+import type { Redis, RedisOptions } from "ioredis"
+import type { BackendOperation, LockBackendError } from "../../LockError.js"
+import { backendName, redisError } from "./errors.js"
+import { makeWriteBatcher } from "./writeBatch.js"
+
+export type ConnectionName = "command" | "subscriber"
+
+export interface ConnectOptions {
+  readonly url?: string | Redacted.Redacted<string> | undefined
+  readonly redis?: RedisOptions | undefined
+  readonly client?: Redis | undefined
+  /** Whole milliseconds, at least 1. */
+  readonly commandTimeout: number
+}
+
+export interface Connections {
+  readonly command: Redis
+  readonly subscriber: Redis
+  readonly commandTimeout: number
+  /** Runs an effect in the backend's scope (log lines from ioredis' callbacks). */
+  readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => void
+  /** Call right before each command written on the command connection: one write per turn. */
+  readonly batch: () => void
+  /** Connected, and nothing queued for the connection. */
+  readonly clear: () => boolean
+  /** Run `send` once the command connection is back (at once when it is), or `onClosed` if it never is. */
+  readonly whenConnected: (send: () => void, onClosed: () => void) => void
+  /** `effect` (which sends one command) within the command budget, waiting for a reconnect inside it. */
+  readonly budgeted: <A>(
+    effect: Effect.Effect<A, LockBackendError>,
+    operation: BackendOperation,
+    key: string
+  ) => Effect.Effect<A, LockBackendError>
+  /** `handlers` on `redis`'s events for the lifetime of the scope. */
+  readonly listen: (
+    redis: Redis,
+    handlers: Readonly<Record<string, Parameters<Redis["on"]>[1]>>
+  ) => Effect.Effect<void, never, Scope.Scope>
+}
+
+const ownOptions = (commandTimeout: number): RedisOptions => ({
+  lazyConnect: true,
+  // Off: with auto-pipelining every call waits for the next tick and goes out as a pipeline of its
+  // own, which cost about 100 µs per serial acquire + release here and bought no throughput on
+  // distinct keys (docs/benchmarks.md). A plain write is sent at once.
+  enableAutoPipelining: false,
+  // An acquire must never sit in a queue while disconnected and run minutes later: commands fail
+  // at once when there is no connection, in-flight ones fail when it drops, and none is resent.
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+  commandTimeout
+})
+
+const subscriberOptions = (commandTimeout: number): RedisOptions => ({
+  ...ownOptions(commandTimeout),
+  // The backend resubscribes from its own wait queues after a reconnect.
+  autoResubscribe: false
+})
+
+const listen = (redis: Redis, handlers: Readonly<Record<string, Parameters<Redis["on"]>[1]>>) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      for (const [event, handler] of Object.entries(handlers)) redis.on(event, handler)
+    }),
+    () =>
+      Effect.sync(() => {
+        for (const [event, handler] of Object.entries(handlers)) redis.off(event, handler)
+      })
+  )
+
+/**
+ * Open (or adopt) the connections. An existing `client` is used for commands as it is and never
+ * closed; the subscriber is always the backend's own (a `duplicate()`), closed with the scope
+ * (`QUIT`, then a hard disconnect if that does not finish within the command timeout). ioredis is
+ * imported only here, so that effect-lock loads without it.
+ */
+export const openConnections = (options: ConnectOptions): Effect.Effect<Connections, LockBackendError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { commandTimeout } = options
+    const runFork = yield* FiberSet.makeRuntime<never>()
+    const lastError: Record<ConnectionName, Error | undefined> = { command: undefined, subscriber: undefined }
+
+    // Listeners stay on connections the backend owns (a late error event after the close must still
+    // find a listener) and are removed from an external client when the scope closes.
+    const watch = (connection: ConnectionName) => {
+      const annotate = Effect.annotateLogs({ backend: backendName, connection })
+      const onError = (error: Error) => {
+        // ioredis reports every failed reconnect attempt; the first of a run is worth a warning.
+        const repeated = lastError[connection]?.message === error.message
+        lastError[connection] = error
+        const log = repeated ? Effect.logDebug : Effect.logWarning
+        runFork(annotate(log(`Redis ${connection} connection error: ${error.message}`)))
+      }
+      const onReady = () => {
+        if (lastError[connection] === undefined) return
+        lastError[connection] = undefined
+        runFork(annotate(Effect.logInfo(`Redis ${connection} connection re-established`)))
+      }
+      return { error: onError, ready: onReady }
+    }
+
+    const close = (redis: Redis) =>
+      Effect.tryPromise(() => redis.quit()).pipe(
+        Effect.timeout(commandTimeout),
+        Effect.ignore,
+        Effect.ensuring(Effect.sync(() => redis.disconnect()))
+      )
+
+    const connect = (redis: Redis, connection: ConnectionName) =>
+      Effect.tryPromise({
+        try: () => redis.connect(),
+        catch: (cause) => redisError("connect", undefined, lastError[connection] ?? cause)
+      })
+
+    const openOwned = (create: () => Redis, connection: ConnectionName) =>
+      Effect.gen(function*() {
+        const redis = yield* Effect.acquireRelease(Effect.sync(create), close)
+        for (const [event, handler] of Object.entries(watch(connection))) redis.on(event, handler)
+        yield* connect(redis, connection)
+        return redis
+      })
+
+    let command: Redis
+    const external = options.client
+    if (external !== undefined) {
+      command = external
+      yield* listen(command, watch("command"))
+      if (command.status === "wait") yield* connect(command, "command")
+    } else {
+      const { Redis } = yield* Effect.tryPromise({
+        try: () => import("ioredis"),
+        catch: (cause) => redisError("connect", undefined, cause)
+      })
+      const url = options.url === undefined
+        ? undefined
+        : typeof options.url === "string"
+        ? options.url
+        : Redacted.value(options.url)
+      const commandOptions: RedisOptions = { connectionName: "effect-lock", ...options.redis, ...ownOptions(commandTimeout) }
+      command = yield* openOwned(
+        () => url === undefined ? new Redis(commandOptions) : new Redis(url, commandOptions),
+        "command"
+      )
+    }
+    const subscriber = yield* openOwned(() => command.duplicate(subscriberOptions(commandTimeout)), "subscriber")
+
+    // --- the command budget ---------------------------------------------------------------------
+
+    const connectionWaiters = new Set<(connected: boolean) => void>()
+    const settleWaiters = (connected: boolean) => () => {
+      for (const waiter of Array.from(connectionWaiters)) waiter(connected)
+    }
+    // "end": ioredis gave up reconnecting (its retryStrategy) or the connection was closed.
+    const onCommandEnd = settleWaiters(false)
+    yield* Effect.addFinalizer(() => Effect.sync(onCommandEnd))
+    yield* listen(command, { ready: settleWaiters(true), end: onCommandEnd })
+
+    // Connected, and nothing queued for the connection: calls queued while it was away (a
+    // compensating release first of all) go out before any new one.
+    const clear = () => command.status === "ready" && connectionWaiters.size === 0
+
+    const whenConnected = (send: () => void, onClosed: () => void) => {
+      if (clear()) return send()
+      const waiter = (connected: boolean) => {
+        connectionWaiters.delete(waiter)
+        if (connected) send()
+        else onClosed()
+      }
+      connectionWaiters.add(waiter)
+    }
+
+    const unreachable = (operation: BackendOperation, key: string, why: string) => {
+      const last = lastError.command
+      return redisError(
+        operation,
+        key,
+        new Error(`Redis is not reachable: ${why}${last === undefined ? "" : ` (last connection error: ${last.message})`}`)
+      )
+    }
+
+    const connected = (operation: BackendOperation, key: string): Effect.Effect<void, LockBackendError> =>
+      Effect.async<void, LockBackendError>((resume) => {
+        if (clear()) {
+          resume(Effect.void)
+          return
+        }
+        if (command.status === "end") {
+          resume(Effect.fail(unreachable(operation, key, "the connection is closed")))
+          return
+        }
+        const waiter = (ok: boolean) => {
+          connectionWaiters.delete(waiter)
+          resume(ok ? Effect.void : Effect.fail(unreachable(operation, key, "the connection is closed")))
+        }
+        connectionWaiters.add(waiter)
+        return Effect.sync(() => {
+          connectionWaiters.delete(waiter)
+        })
+      })
+
+    // An external client may have no command timeout of its own; then the backend applies one.
+    const ownTimeout = typeof command.options.commandTimeout === "number"
+
+    // The budget must be able to stop a call even where the caller is uninterruptible (the lock
+    // runs acquire attempts uninterruptibly), hence `interruptible`: an interrupted wait for the
+    // connection has sent nothing, and an interrupted acquire in flight is compensated.
+    const withinBudget = <A>(effect: Effect.Effect<A, LockBackendError>, onTimeout: () => LockBackendError) =>
+      Effect.timeoutFail(Effect.interruptible(effect), { duration: commandTimeout, onTimeout })
+
+    const budgeted = <A>(
+      effect: Effect.Effect<A, LockBackendError>,
+      operation: BackendOperation,
+      key: string
+    ): Effect.Effect<A, LockBackendError> =>
+      Effect.suspend(() => {
+        // The hot path: connected, and ioredis times the command out itself.
+        if (clear()) {
+          return ownTimeout ? effect : withinBudget(effect, () => redisError(operation, key, new Error("Command timed out")))
+        }
+        let sent = false
+        return withinBudget(
+          Effect.zipRight(
+            connected(operation, key),
+            Effect.suspend(() => {
+              sent = true
+              return effect
+            })
+          ),
+          () =>
+            sent
+              ? redisError(operation, key, new Error("Command timed out"))
+              : unreachable(operation, key, `no connection within the command timeout (${commandTimeout} ms)`)
+        )
+      })
+
+    return {
+      command,
+      subscriber,
+      commandTimeout,
+      runFork,
+      batch: makeWriteBatcher(command),
+      clear,
+      whenConnected,
+      budgeted,
+      listen
+    }
+  })

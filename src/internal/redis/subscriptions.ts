@@ -1,0 +1,83 @@
+/**
+ * Release notifications over the subscriber connection: a channel is subscribed while its key has
+ * local waiters, every message becomes a `Released` notification for the keys the channel may
+ * belong to, and after a reconnect the channels are subscribed again and a `Missed` notification
+ * wakes one waiter per key (releases published while the subscriber was away were lost).
+ *
+ * A failed SUBSCRIBE does not fail the waiter: it is only woken later, by its retry schedule or
+ * the holder's lease.
+ */
+import type { Scope } from "effect"
+import { Effect, Queue, Stream } from "effect"
+import type { Notification } from "../../LockBackend.js"
+import type { Connections } from "./connection.js"
+import { backendName, messageOf } from "./errors.js"
+import type { KeyLayout } from "./keys.js"
+
+export interface Subscriptions {
+  readonly subscribe: (key: string) => Effect.Effect<void>
+  readonly unsubscribe: (key: string) => Effect.Effect<void>
+  readonly notifications: Stream.Stream<Notification>
+  /** Whether the subscriber is known to be subscribed to `channel` (SUBSCRIBE answered, not lost since). */
+  readonly isLive: (channel: string) => boolean
+}
+
+export const makeSubscriptions = (
+  connections: Connections,
+  layout: KeyLayout
+): Effect.Effect<Subscriptions, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { subscriber } = connections
+    const queue = yield* Effect.acquireRelease(Queue.unbounded<Notification>(), Queue.shutdown)
+    const wanted = new Set<string>()
+    const live = new Set<string>()
+
+    const logFailure = (operation: string, channels: ReadonlyArray<string>) => (error: unknown) =>
+      Effect.logWarning(
+        `Redis ${operation} failed; waiters fall back to their retry schedule and the holder's lease`
+      ).pipe(Effect.annotateLogs({ backend: backendName, channels: channels.join(" "), error: messageOf(error) }))
+
+    const subscribeChannels = (channels: ReadonlyArray<string>) =>
+      channels.length === 0 ? Effect.void : Effect.tryPromise(() => subscriber.subscribe(...channels)).pipe(
+        Effect.tap(() =>
+          Effect.sync(() => {
+            for (const channel of channels) live.add(channel)
+          })
+        ),
+        Effect.asVoid,
+        Effect.catchAll((error) => logFailure("SUBSCRIBE", channels)(error.error))
+      )
+
+    const onMessage = (channel: string) => {
+      // Any message is a hint to retry: Redisson and effect-lock publish "0".
+      for (const key of layout.keysOfChannel(channel)) Queue.unsafeOffer(queue, { _tag: "Released", key })
+    }
+    const onClose = () => live.clear()
+    const onReady = () =>
+      connections.runFork(
+        Effect.suspend(() => subscribeChannels(Array.from(wanted, layout.channelOf))).pipe(
+          Effect.ensuring(Effect.sync(() => Queue.unsafeOffer(queue, { _tag: "Missed" })))
+        )
+      )
+    yield* connections.listen(subscriber, { message: onMessage, close: onClose, ready: onReady })
+
+    return {
+      subscribe: (key) =>
+        Effect.suspend(() => {
+          wanted.add(key)
+          return subscribeChannels([layout.channelOf(key)])
+        }),
+      unsubscribe: (key) =>
+        Effect.suspend(() => {
+          wanted.delete(key)
+          const channel = layout.channelOf(key)
+          live.delete(channel)
+          return Effect.tryPromise(() => subscriber.unsubscribe(channel)).pipe(
+            Effect.asVoid,
+            Effect.catchAll((error) => logFailure("UNSUBSCRIBE", [channel])(error.error))
+          )
+        }),
+      notifications: Stream.fromQueue(queue),
+      isLive: (channel) => live.has(channel)
+    }
+  })
