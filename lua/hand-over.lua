@@ -26,7 +26,7 @@
 -- plain release. PUBSUB makes the script non-deterministic, which Redis accepts (effects
 -- replication) from 5.0 on. Like acquire.lua it checks the receiver's lease before any write.
 if not string.match(ARGV[4], '^[1-9][0-9]*$') or tonumber(ARGV[4]) > 2147483647 then
-  return redis.error_reply('ERR effect-lock: the receiver's lease must be a whole number of milliseconds in [1, 2147483647], got ' .. ARGV[4])
+  return redis.error_reply("ERR effect-lock: the receiver's lease must be a whole number of milliseconds in [1, 2147483647], got " .. ARGV[4])
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {-1}
