@@ -162,7 +162,7 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
 
         yield* Effect.promise(() => server.restart())
         const redis = yield* adminClient(server.url)
-        yield* eventually(Effect.isSuccess(backend.inspect("probe")), 10_000, "the backend to reconnect")
+        yield* eventually(Effect.isSuccess(backend.primitives.inspect("probe")), 10_000, "the backend to reconnect")
         yield* Effect.sleep(300)
         assert.strictEqual(yield* cmd(redis, "DBSIZE"), 0, "the failed acquire never ran, not even later")
       }))
@@ -216,7 +216,7 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
           redis: { connectionName: "waiter" }
         })
         const other = yield* RedisBackend.make({ url: server.url })
-        const held = yield* other.tryAcquire({ key, owner: "elsewhere:1", leaseMillis: 20_000, fencing: true })
+        const held = yield* other.primitives.tryAcquire({ key, owner: "elsewhere:1", leaseMillis: 20_000, fencing: true })
         assert.strictEqual(held._tag, "Acquired")
         const waiter = yield* Effect.fork(
           withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }).pipe(
@@ -232,7 +232,7 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
         assert.strictEqual(yield* cmd(redis, "CLIENT", "KILL", "ID", id!), 1)
         // The release notification reaches the waiter (its subscriber is fine) while its command
         // connection is reconnecting.
-        assert.isTrue(yield* other.release(key, "elsewhere:1"))
+        assert.deepStrictEqual(yield* other.primitives.release(key, "elsewhere:1"), { _tag: "Released" })
 
         const token = yield* Fiber.join(waiter).pipe(within(10_000, "the waiter"))
         assert.strictEqual(token, 2n)

@@ -101,7 +101,7 @@ describe.skipIf(skipRedis(true))("faults: the lock is stolen", () => {
 
         // The loser's release is owner-checked: the thief keeps what it took. (Asked through the
         // loser's own connection, so after its release.)
-        const holders = Option.map(yield* backend.inspect(key), (info) => info.holders.map((h) => h.owner))
+        const holders = Option.map(yield* backend.primitives.inspect(key), (info) => info.holders.map((h) => h.owner))
         if (thief === undefined) assert.isTrue(Option.isNone(holders), "nobody holds it")
         else if (thief === "thief:1") assert.deepStrictEqual(holders, Option.some(["thief:1"]))
         else {

@@ -6,9 +6,9 @@ import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule } from "effect"
 import { Redis } from "ioredis"
 import { vi } from "vitest"
-import type { LockBackendShape } from "../../src/index.js"
+import type { LockBackendShape, ReleaseResult } from "../../src/index.js"
 import { LockBackend, withLock } from "../../src/index.js"
-import { readScripts } from "../../src/internal/redisScripts.js"
+import * as lockScripts from "../../src/internal/redis/lockScripts.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import type { RedisServer } from "../support/redisServer.js"
 import { redisServer, skipRedis, startRedisServer } from "../support/redisServer.js"
@@ -27,8 +27,19 @@ const request = (key: string, owner: string, leaseMillis = 10_000, fencing = tru
   fencing
 })
 
+/** Script calls (`EVALSHA`) the server has run so far. */
+const scriptCalls = (redis: Redis) =>
+  Effect.map(cmd<string>(redis, "INFO", "commandstats"), (info) => {
+    const match = /^cmdstat_evalsha:calls=(\d+)/m.exec(info)
+    return match === null ? 0 : Number(match[1])
+  })
+
+const released: ReleaseResult = { _tag: "Released" }
+const stillHeld: ReleaseResult = { _tag: "StillHeld" }
+const notHeld: ReleaseResult = { _tag: "NotHeld" }
+
 const acquired = (backend: LockBackendShape, key: string, owner: string, leaseMillis = 10_000) =>
-  Effect.flatMap(backend.tryAcquire(request(key, owner, leaseMillis)), (result) =>
+  Effect.flatMap(backend.primitives.tryAcquire(request(key, owner, leaseMillis)), (result) =>
     result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
 
 describe.skipIf(skip)("RedisBackend on a shared test server", () => {
@@ -57,7 +68,7 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.strictEqual(yield* cmd(redis, "GET", `redisson_lock_token:{${lock}}`), "1")
       assert.strictEqual(yield* cmd(redis, "EXISTS", key), 0, "nothing outside the prefix")
 
-      assert.isTrue(yield* b.release(key, "uuid-1:7"))
+      assert.deepStrictEqual(yield* b.primitives.release(key, "uuid-1:7"), released)
       assert.strictEqual(yield* cmd(redis, "EXISTS", lock), 0)
       yield* eventually(Effect.sync(() => messages.length > 0), 5_000, "the release message")
       assert.deepStrictEqual(messages, ["0"])
@@ -71,10 +82,10 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const b = yield* backend({ prefix: "b:" })
       assert.strictEqual(yield* acquired(a, key, "x:1"), 1n)
       assert.strictEqual(yield* acquired(b, key, "y:1"), 1n, "a separate lock with its own counter")
-      const busy = yield* a.tryAcquire(request(key, "y:1"))
+      const busy = yield* a.primitives.tryAcquire(request(key, "y:1"))
       assert.strictEqual(busy._tag, "Busy")
       assert.deepStrictEqual(
-        Option.map(yield* b.inspect(key), (info) => info.holders),
+        Option.map(yield* b.primitives.inspect(key), (info) => info.holders),
         Option.some([{ owner: "y:1", holdCount: 1 }])
       )
     }))
@@ -85,14 +96,14 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const redis = yield* admin(server.url)
       const b = yield* backend()
       yield* acquired(b, key, "holder:1", 5_000)
-      const busy = yield* b.tryAcquire(request(key, "other:1"))
+      const busy = yield* b.primitives.tryAcquire(request(key, "other:1"))
       assert.strictEqual(busy._tag, "Busy")
       if (busy._tag === "Busy") assert.isTrue(busy.ttlMillis! > 0 && busy.ttlMillis! <= 5_000)
       yield* cmd(redis, "PERSIST", key)
-      assert.deepStrictEqual(yield* b.tryAcquire(request(key, "other:1")), { _tag: "Busy", ttlMillis: undefined })
-      const info = yield* b.inspect(key)
+      assert.deepStrictEqual(yield* b.primitives.tryAcquire(request(key, "other:1")), { _tag: "Busy", ttlMillis: undefined })
+      const info = yield* b.primitives.inspect(key)
       assert.deepStrictEqual(info, Option.some({ key, holders: [{ owner: "holder:1", holdCount: 1 }], ttlMillis: undefined }))
-      assert.isTrue(Option.isNone(yield* b.inspect(freshKey("none"))))
+      assert.isTrue(Option.isNone(yield* b.primitives.inspect(freshKey("none"))))
     }))
 
   it.scopedLive("renew is owner-checked and tells a stolen lock from an expired one", () =>
@@ -101,13 +112,72 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const redis = yield* admin(server.url)
       const b = yield* backend()
       yield* acquired(b, key, "me:1", 1_000)
-      assert.deepStrictEqual(yield* b.renew(request(key, "me:1", 60_000)), { _tag: "Renewed" })
+      assert.deepStrictEqual(yield* b.primitives.renew([request(key, "me:1", 60_000)]), [{ _tag: "Renewed" }])
       assert.isTrue((yield* cmd<number>(redis, "PTTL", key)) > 1_000, "lease extended")
-      assert.deepStrictEqual(yield* b.renew(request(key, "thief:1")), { _tag: "Lost", reason: "stolen" })
+      assert.deepStrictEqual(yield* b.primitives.renew([request(key, "thief:1")]), [{ _tag: "Lost", reason: "stolen" }])
       assert.isTrue((yield* cmd<number>(redis, "PTTL", key)) > 1_000, "a failed renewal changes nothing")
       yield* cmd(redis, "DEL", key)
-      assert.deepStrictEqual(yield* b.renew(request(key, "me:1")), { _tag: "Lost", reason: "expired" })
+      assert.deepStrictEqual(yield* b.primitives.renew([request(key, "me:1")]), [{ _tag: "Lost", reason: "expired" }])
       assert.strictEqual(yield* cmd(redis, "EXISTS", key), 0, "renewing never creates a lock")
+    }))
+
+  it.scopedLive("renew takes many locks in one script call: one outcome per request, in order", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      const [mine, theirs, gone] = [freshKey("batch-mine"), freshKey("batch-theirs"), freshKey("batch-gone")]
+      yield* acquired(b, mine, "me:1", 1_000)
+      yield* acquired(b, theirs, "them:1", 1_000)
+      const before = yield* scriptCalls(redis)
+      const outcomes = yield* b.primitives.renew([
+        request(mine, "me:1", 60_000),
+        request(theirs, "me:1", 60_000),
+        request(gone, "me:1", 60_000)
+      ])
+      assert.strictEqual((yield* scriptCalls(redis)) - before, 1, "one round trip for the whole batch")
+      assert.deepStrictEqual(outcomes, [
+        { _tag: "Renewed" },
+        { _tag: "Lost", reason: "stolen" },
+        { _tag: "Lost", reason: "expired" }
+      ])
+      assert.isAbove(yield* cmd<number>(redis, "PTTL", mine), 1_000, "the held one was extended")
+      assert.isAtMost(yield* cmd<number>(redis, "PTTL", theirs), 1_000, "another owner's lease is untouched")
+      assert.strictEqual(yield* cmd(redis, "EXISTS", gone), 0, "renewing never creates a lock")
+      assert.deepStrictEqual(yield* b.primitives.renew([]), [])
+    }))
+
+  it.scopedLive("a lease that is not a whole number of ms in [1, 2^31-1] is refused by the scripts before any write", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      const b = yield* backend()
+      for (const leaseMillis of [0, -5, 1.5, 2 ** 31, Number.NaN]) {
+        const label = String(leaseMillis)
+        const fresh = freshKey("badlease")
+        const acquireError = yield* Effect.flip(b.primitives.tryAcquire(request(fresh, "me:1", leaseMillis)))
+        assert.strictEqual(acquireError.operation, "acquire", label)
+        assert.include(acquireError.message, "whole number of milliseconds", label)
+        assert.strictEqual(yield* cmd(redis, "EXISTS", fresh), 0, `acquire wrote no lock (${label})`)
+        assert.strictEqual(yield* cmd(redis, "EXISTS", `redisson_lock_token:{${fresh}}`), 0, `nor a token (${label})`)
+
+        // A bad lease anywhere in a renewal batch: the script refuses it before renewing the good ones.
+        const held = freshKey("badlease-held")
+        yield* acquired(b, held, "me:1", 1_000)
+        const renewError = yield* Effect.flip(
+          b.primitives.renew([request(held, "me:1", 60_000), request(held, "me:1", leaseMillis)])
+        )
+        assert.strictEqual(renewError.operation, "renew", label)
+        assert.include(renewError.message, "whole number of milliseconds", label)
+        assert.isAtMost(yield* cmd<number>(redis, "PTTL", held), 1_000, `the good renewal before it was not applied (${label})`)
+
+        // A hand-over with a bad lease for the receiver leaves the giver's hold as it was.
+        const handOverError = yield* Effect.flip(b.primitives.handOver!(held, "me:1", request(held, "next:1", leaseMillis)))
+        assert.include(handOverError.message, "whole number of milliseconds", label)
+        assert.deepStrictEqual(
+          Option.map(yield* b.primitives.inspect(held), (info) => info.holders),
+          Option.some([{ owner: "me:1", holdCount: 1 }]),
+          `the hand-over changed nothing (${label})`
+        )
+      }
     }))
 
   it.scopedLive("release is owner-checked and idempotent, and publishes once", () =>
@@ -116,11 +186,11 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const b = yield* backend()
       const messages = yield* listen(server.url, `redisson_lock__channel:{${key}}`)
       yield* acquired(b, key, "me:1")
-      assert.isFalse(yield* b.release(key, "other:1"))
-      assert.isTrue(Option.isSome(yield* b.inspect(key)), "another owner's release leaves the lock")
-      assert.isTrue(yield* b.release(key, "me:1"))
-      assert.isFalse(yield* b.release(key, "me:1"))
-      assert.isTrue(Option.isNone(yield* b.inspect(key)))
+      assert.deepStrictEqual(yield* b.primitives.release(key, "other:1"), notHeld)
+      assert.isTrue(Option.isSome(yield* b.primitives.inspect(key)), "another owner's release leaves the lock")
+      assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), released)
+      assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), notHeld)
+      assert.isTrue(Option.isNone(yield* b.primitives.inspect(key)))
       yield* Effect.sleep(100)
       assert.deepStrictEqual(messages, ["0"])
     }))
@@ -132,11 +202,11 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const first = yield* acquired(b, key, "me:1")
       const second = yield* acquired(b, key, "me:1")
       assert.strictEqual(second, first, "a re-entry draws no new token")
-      assert.deepStrictEqual(Option.map(yield* b.inspect(key), (i) => i.holders), Option.some([{ owner: "me:1", holdCount: 2 }]))
-      assert.isTrue(yield* b.release(key, "me:1"))
-      assert.isTrue(Option.isSome(yield* b.inspect(key)), "still held once")
-      assert.isTrue(yield* b.release(key, "me:1"))
-      assert.isTrue(Option.isNone(yield* b.inspect(key)))
+      assert.deepStrictEqual(Option.map(yield* b.primitives.inspect(key), (i) => i.holders), Option.some([{ owner: "me:1", holdCount: 2 }]))
+      assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), stillHeld)
+      assert.isTrue(Option.isSome(yield* b.primitives.inspect(key)), "still held once")
+      assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), released)
+      assert.isTrue(Option.isNone(yield* b.primitives.inspect(key)))
     }))
 
   it.scopedLive("force release deletes any holder and notifies", () =>
@@ -145,8 +215,8 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const b = yield* backend()
       const messages = yield* listen(server.url, `redisson_lock__channel:{${key}}`)
       yield* acquired(b, key, "someone:1")
-      assert.isTrue(yield* b.forceRelease(key))
-      assert.isFalse(yield* b.forceRelease(key))
+      assert.isTrue(yield* b.primitives.forceRelease(key))
+      assert.isFalse(yield* b.primitives.forceRelease(key))
       yield* eventually(Effect.sync(() => messages.length > 0), 5_000, "the release message")
       yield* Effect.sleep(50)
       assert.deepStrictEqual(messages, ["0"])
@@ -161,11 +231,11 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       yield* eventually(Effect.map(cmd<number>(redis, "EXISTS", key), (n) => n === 0), 5_000, "expiry")
       const t2 = yield* acquired(b, key, "b:1", 50)
       assert.isTrue(t2 > t1)
-      yield* b.release(key, "b:1")
+      yield* b.primitives.release(key, "b:1")
       yield* cmd(redis, "SET", `redisson_lock_token:{${key}}`, "9007199254740993")
       assert.strictEqual(yield* acquired(b, key, "c:1"), 9007199254740994n)
-      yield* b.release(key, "c:1")
-      const unfenced = yield* b.tryAcquire(request(key, "d:1", 10_000, false))
+      yield* b.primitives.release(key, "c:1")
+      const unfenced = yield* b.primitives.tryAcquire(request(key, "d:1", 10_000, false))
       assert.deepStrictEqual(unfenced, { _tag: "Acquired", fencingToken: 0n })
       assert.strictEqual(yield* cmd(redis, "GET", `redisson_lock_token:{${key}}`), "9007199254740994")
     }))
@@ -176,14 +246,14 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const key = freshKey("noscript")
       const redis = yield* admin(server.url)
       const b = yield* backend()
-      const scripts = yield* Effect.promise(readScripts)
+      const scripts = lockScripts
       yield* cmd(redis, "SCRIPT", "FLUSH")
       assert.deepStrictEqual(yield* cmd(redis, "SCRIPT", "EXISTS", scripts.acquire.sha), [0])
       assert.strictEqual(yield* acquired(b, key, "me:1"), 1n)
-      assert.deepStrictEqual(yield* b.renew(request(key, "me:1")), { _tag: "Renewed" })
-      assert.isTrue(Option.isSome(yield* b.inspect(key)))
-      assert.isTrue(yield* b.release(key, "me:1"))
-      assert.isFalse(yield* b.forceRelease(key))
+      assert.deepStrictEqual(yield* b.primitives.renew([request(key, "me:1")]), [{ _tag: "Renewed" }])
+      assert.isTrue(Option.isSome(yield* b.primitives.inspect(key)))
+      assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), released)
+      assert.isFalse(yield* b.primitives.forceRelease(key))
       assert.deepStrictEqual(
         yield* cmd(redis, "SCRIPT", "EXISTS", scripts.acquire.sha, scripts.release.sha),
         [1, 1],
@@ -198,7 +268,7 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const token = yield* Effect.scoped(Effect.gen(function*() {
         const b = yield* RedisBackend.make({ client })
         const token = yield* acquired(b, key, "me:1")
-        yield* b.release(key, "me:1")
+        yield* b.primitives.release(key, "me:1")
         return token
       }))
       assert.strictEqual(token, 1n)
@@ -206,11 +276,12 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.strictEqual(yield* cmd(client, "PING"), "PONG")
     }))
 
-  it.scopedLive("a command timeout that is not a finite positive duration fails the layer", () =>
+  it.scopedLive("a command timeout that is not a finite positive whole number of ms fails the layer with LockOptionsError", () =>
     Effect.gen(function*() {
-      for (const commandTimeout of [0, -1, Duration.infinity, Number.NaN]) {
+      for (const commandTimeout of [0, -1, Duration.infinity, Number.NaN, 1.5]) {
         const error = yield* Effect.flip(Effect.scoped(backend({ commandTimeout })))
-        assert.strictEqual(error.operation, "configure", String(commandTimeout))
+        assert.strictEqual(error._tag, "LockOptionsError", String(commandTimeout))
+        if (error._tag === "LockOptionsError") assert.strictEqual(error.field, "commandTimeout", String(commandTimeout))
       }
     }))
 
@@ -232,7 +303,7 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
         )
         yield* Fiber.join(holder)
         const backend = yield* LockBackend
-        yield* backend.forceRelease(key)
+        yield* backend.primitives.forceRelease(key)
         return [Duration.toMillis(waited[0]), waited[1]] as const
       }).pipe(Effect.provide(layer))
       assert.strictEqual(token, 2n)
@@ -282,7 +353,7 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
             })))
           }
           const backend = yield* LockBackend
-          assert.isTrue(Option.isNone(yield* backend.inspect(key)), "no lock left")
+          assert.isTrue(Option.isNone(yield* backend.primitives.inspect(key)), "no lock left")
           return [tokens, logs] as const
         }).pipe(Effect.provide(layer))
       )
@@ -380,6 +451,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       )
       assert.strictEqual(token, 1n)
       assert.strictEqual(failure._tag, "LockBackendError")
+      if (failure._tag === "LockBackendError") assert.strictEqual(failure.operation, "connect")
       const text = [String(failure), failure.message, JSON.stringify(failure), ...logs].join("\n")
       assert.include(text, "WRONGPASS")
       assert.notInclude(text, password)
@@ -422,7 +494,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const b = yield* RedisBackend.make({ url: server.url, commandTimeout: "500 millis" })
       yield* Effect.promise(() => server.stop())
       const exit = yield* Effect.exit(
-        b.tryAcquire(request("offline", "me:1", 60_000)).pipe(
+        b.primitives.tryAcquire(request("offline", "me:1", 60_000)).pipe(
           Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => "hung waiting for a reconnect" as const })
         )
       )
@@ -430,7 +502,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const failure = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
       assert.strictEqual(typeof failure === "object" ? failure._tag : failure, "LockBackendError")
       yield* Effect.promise(() => server.restart())
-      yield* eventually(Effect.isSuccess(b.inspect("probe")), 10_000, "the backend to reconnect")
+      yield* eventually(Effect.isSuccess(b.primitives.inspect("probe")), 10_000, "the backend to reconnect")
       const redis = yield* admin(server.url)
       yield* Effect.sleep(200)
       assert.deepStrictEqual(yield* cmd(redis, "KEYS", "*"), [], "the failed acquire was not replayed")
@@ -441,7 +513,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const server = yield* redisServer()
       const b = yield* RedisBackend.make({ url: server.url, commandTimeout: "300 millis" })
       server.pause()
-      const error = yield* Effect.flip(b.tryAcquire(request("paused", "me:1", 60_000)))
+      const error = yield* Effect.flip(b.primitives.tryAcquire(request("paused", "me:1", 60_000)))
       assert.strictEqual(error._tag, "LockBackendError")
       assert.include(error.message, "timed out")
       server.resume()
@@ -456,7 +528,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const client = yield* admin(server.url) // ioredis defaults: no commandTimeout, offline queue on
       const b = yield* RedisBackend.make({ client, commandTimeout: "300 millis" })
       server.pause()
-      const error = yield* Effect.flip(b.tryAcquire(request("external", "me:1", 60_000)))
+      const error = yield* Effect.flip(b.primitives.tryAcquire(request("external", "me:1", 60_000)))
       assert.strictEqual(error._tag, "LockBackendError")
       assert.include(error.message, "timed out")
       server.resume()
@@ -470,7 +542,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const server = yield* redisServer()
       const b = yield* RedisBackend.make({ url: server.url, commandTimeout: "20 seconds" })
       server.pause()
-      const fiber = yield* Effect.fork(b.tryAcquire(request("interrupted", "me:1", 60_000)))
+      const fiber = yield* Effect.fork(b.primitives.tryAcquire(request("interrupted", "me:1", 60_000)))
       yield* Effect.sleep(100)
       yield* Fiber.interrupt(fiber)
       server.resume()
@@ -499,7 +571,7 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       yield* eventually(Effect.map(numsub, (n) => n === 1), 5_000, "the subscription")
       assert.strictEqual(yield* cmd(redis, "CLIENT", "KILL", "TYPE", "pubsub"), 1)
       yield* eventually(Effect.map(numsub, (n) => n === 1), 10_000, "the resubscription")
-      yield* b.release("resub", "foreign:1")
+      yield* b.primitives.release("resub", "foreign:1")
       const [waited] = yield* Fiber.join(waiter)
       assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, not the 30 s lease")
     }))

@@ -4,8 +4,9 @@
  * drops every subscription when the waiters are gone.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, Layer, Schedule } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
 import { LockBackend, withLock } from "../../src/index.js"
+import { backendOf } from "../../src/internal/backend/make.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import { redisServer, skipRedis } from "../support/redisServer.js"
 import { admin, clientConnections, cmd, eventually } from "./helpers.js"
@@ -19,15 +20,12 @@ describe.skipIf(skipRedis(true))("connections", () => {
       const server = yield* redisServer()
       const redis = yield* admin(server.url)
       const backend = yield* RedisBackend.make({ url: server.url })
-      // Count the waiters that have joined a wait queue, to know when all of them wait.
-      let waiting = 0
-      const counted = LockBackend.of({
-        ...backend,
-        subscribe: (key) => Effect.tap(backend.subscribe(key), () => Effect.sync(() => waiting++))
-      })
+      // The waiters that have joined a local wait queue, to know when all of them wait.
+      const { queue } = backendOf(backend)
+      const waiting = () => keys.reduce((sum, key) => sum + queue.waitersOn(key), 0)
 
       for (const key of keys) {
-        const held = yield* backend.tryAcquire({ key, owner: "foreign:1", leaseMillis: 30_000, fencing: true })
+        const held = yield* backend.primitives.tryAcquire({ key, owner: "foreign:1", leaseMillis: 30_000, fencing: true })
         assert.strictEqual(held._tag, "Acquired")
       }
       let entered = 0
@@ -36,9 +34,9 @@ describe.skipIf(skipRedis(true))("connections", () => {
           Array.from({ length: fibers }, (_, i) =>
             withLock(keys[i % keys.length]!, Effect.sync(() => entered++), { retry: Schedule.spaced("60 seconds") })),
           { concurrency: "unbounded", discard: true }
-        ).pipe(Effect.provide(Layer.succeed(LockBackend, counted)))
+        ).pipe(Effect.provideService(LockBackend, backend))
       )
-      yield* eventually(Effect.sync(() => waiting === fibers), 20_000, "every fiber to wait")
+      yield* eventually(Effect.sync(() => waiting() === fibers), 20_000, "every fiber to wait")
 
       const connections = yield* clientConnections(redis)
       assert.strictEqual(connections.length, 2, connections.join("\n"))
@@ -53,7 +51,7 @@ describe.skipIf(skipRedis(true))("connections", () => {
           Schedule.spaced("5 millis")
         )
       )
-      for (const key of keys) assert.isTrue(yield* backend.release(key, "foreign:1"))
+      for (const key of keys) assert.deepStrictEqual(yield* backend.primitives.release(key, "foreign:1"), { _tag: "Released" })
       yield* Fiber.join(all)
       yield* Fiber.interrupt(sampler)
 

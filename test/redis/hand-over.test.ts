@@ -10,6 +10,7 @@ import type { Scope } from "effect"
 import type { Redis } from "ioredis"
 import type { LockBackendShape, LockOptions } from "../../src/index.js"
 import { LockBackend, withLock } from "../../src/index.js"
+import { backendOf } from "../../src/internal/backend/make.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import { redisServer, skipRedis } from "../support/redisServer.js"
 import { admin, cmd, eventually, listen } from "./helpers.js"
@@ -33,7 +34,7 @@ const holding = (key: string, release: Deferred.Deferred<void>) =>
   })
 
 /**
- * A waiter on `key` that returns its token, once it is parked: queued (`localWaiters` counts it)
+ * A waiter on `key` that returns its token, once it is parked: queued (its key's local queue counts it)
  * and done with its attempts (no script call for 100 ms; its schedule would wait a minute).
  */
 const waiting = (redis: Redis, backend: LockBackendShape, key: string, count: number, options: LockOptions = {}) =>
@@ -41,7 +42,7 @@ const waiting = (redis: Redis, backend: LockBackendShape, key: string, count: nu
     const fiber = yield* Effect.fork(
       withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds"), ...options })
     )
-    yield* eventually(Effect.sync(() => backend.localWaiters(key) >= count), 5_000, `waiter ${count} queued`)
+    yield* eventually(Effect.sync(() => backendOf(backend).queue.waitersOn(key) >= count), 5_000, `waiter ${count} queued`)
     let before = -1
     yield* eventually(
       Effect.gen(function*() {
@@ -96,7 +97,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         // The hand-over, then the receiver's own release (a plain one: nobody waits any more).
         assert.strictEqual((yield* calls(redis, "evalsha")) - evalsBefore, 2, "no acquire attempt by the receiver")
         assert.strictEqual((yield* calls(redis, "publish")) - publishesBefore, 1, "only the last release published")
-        assert.isTrue(Option.isNone(yield* backend.inspect("k")))
+        assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")))
       })))
 
   it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
@@ -128,7 +129,7 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
           Effect.zipRight(Deferred.succeed(inside, lease.fencingToken), Deferred.await(leave)), {
           retry: Schedule.spaced("100 millis")
         }))
-        yield* eventually(Effect.sync(() => backend.localWaiters("k") >= 1), 5_000, "the waiter queued")
+        yield* eventually(Effect.sync(() => backendOf(backend).queue.waitersOn("k") >= 1), 5_000, "the waiter queued")
         yield* Effect.sleep(50)
         yield* Deferred.succeed(release, void 0)
         yield* Fiber.join(holder.fiber)
@@ -162,8 +163,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         yield* Fiber.join(holder.fiber)
         // `first` was given the lock (token + 1) after it left; its release handed it to `second`.
         assert.strictEqual(yield* Fiber.join(second), holder.token + 2n)
-        assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
-        assert.strictEqual(backend.localWaiters("k"), 0)
+        assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")), "no lock left")
+        assert.strictEqual(backendOf(backend).queue.waitersOn("k"), 0)
       })))
 
   it.scopedLive("the receiver's wait runs out while the hand-over is in flight: it waits for it and holds the lock", () =>
@@ -177,6 +178,6 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         // The waiter's 300 ms run out during the pause; the hand-over then lands.
         assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
         yield* Fiber.join(holder.fiber)
-        assert.isTrue(Option.isNone(yield* backend.inspect("k")), "no lock left")
+        assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")), "no lock left")
       })))
 })
