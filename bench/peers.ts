@@ -30,10 +30,14 @@ import RedlockModule from "redlock"
 // effect-lock runs from its build (`dist/`, which `npm run bench` makes first with `npm run build`):
 // the JavaScript its users install, not the TypeScript sources through tsx's loader. The path is a
 // variable so that type-checking does not need a build.
+// `RedisBackend` is not re-exported from the root (the root must load without ioredis): it comes
+// from its own module, as users import it from `effect-lock/RedisBackend`.
 const effectLockBuild = "../dist/index.js"
-const { LockBackend, RedisBackend, withLock: effectLockWithLock } = (await import(
+const effectLockRedisBuild = "../dist/RedisBackend.js"
+const { LockBackend, withLock: effectLockWithLock } = (await import(
   effectLockBuild
 )) as typeof import("../src/index.js")
+const RedisBackend = (await import(effectLockRedisBuild)) as typeof import("../src/RedisBackend.js")
 
 /** Any failure a library reports from `withLock`. */
 export class LockFailure extends Data.TaggedError("LockFailure")<{
