@@ -318,5 +318,77 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
           }
           assert.isFalse(yield* Lock.isLocked(key))
         }))
+
+      it.effect("leases that are not whole milliseconds, and lone surrogates, are refused and leave no key", () =>
+        Effect.gen(function*() {
+          const key = freshKey("whole")
+          for (const lease of [2500.5, "1500500 micros", 1e21] as const) {
+            const error = yield* Effect.flip(withLock(key, Effect.void, { lease }))
+            assert.strictEqual(error._tag, "LockOptionsError", String(lease))
+          }
+          const cut = `${key}:🔒`.slice(0, -1)
+          assert.strictEqual((yield* Effect.flip(withLock(cut, Effect.void)))._tag, "LockOptionsError")
+          assert.isFalse(yield* Lock.isLocked(key))
+          assert.isFalse(yield* Lock.isLocked(`${key}:\uFFFD`), "nothing under the replacement character either")
+        }))
+
+      it.effect("primitives count holds per owner: two acquisitions need two releases", () =>
+        Effect.gen(function*() {
+          const key = freshKey("counts")
+          const { primitives } = yield* LockBackend
+          const request = { key, owner: "owner:1", leaseMillis: 10_000, fencing: true }
+          const first = yield* primitives.tryAcquire(request)
+          const second = yield* primitives.tryAcquire(request)
+          assert.strictEqual(first._tag, "Acquired")
+          assert.deepStrictEqual(second, first, "a reentry returns the same token")
+          assert.deepStrictEqual(yield* primitives.release(key, "owner:1"), { _tag: "StillHeld" })
+          const info = yield* Lock.inspect(key)
+          assert.deepStrictEqual(Option.map(info, (i) => i.holders), Option.some([{ owner: "owner:1", holdCount: 1 }]))
+          assert.deepStrictEqual(yield* primitives.release(key, "owner:1"), { _tag: "Released" })
+          assert.deepStrictEqual(yield* primitives.release(key, "owner:1"), { _tag: "NotHeld" })
+          assert.isFalse(yield* Lock.isLocked(key))
+        }))
+
+      it.effect("renewals of many holds in one call: one outcome each, in order", () =>
+        Effect.gen(function*() {
+          const key = freshKey("renew-many")
+          const { primitives } = yield* LockBackend
+          yield* occupy(yield* LockBackend, `${key}:a`, 5_000, "owner:a")
+          yield* occupy(yield* LockBackend, `${key}:b`, 5_000, "owner:b")
+          const outcomes = yield* primitives.renew([
+            { key: `${key}:a`, owner: "owner:a", leaseMillis: 20_000, fencing: true },
+            { key: `${key}:b`, owner: "owner:x", leaseMillis: 20_000, fencing: true },
+            { key: `${key}:c`, owner: "owner:c", leaseMillis: 20_000, fencing: true }
+          ])
+          assert.deepStrictEqual(outcomes, [
+            { _tag: "Renewed" },
+            { _tag: "Lost", reason: "stolen" },
+            { _tag: "Lost", reason: "expired" }
+          ])
+          const ttl = Option.flatMap(yield* Lock.inspect(`${key}:a`), (i) => Option.fromNullable(i.ttlMillis))
+          assert.isTrue(Option.getOrElse(ttl, () => 0) > 5_000, "a's lease was extended")
+          yield* Lock.forceUnlock(`${key}:a`)
+          yield* Lock.forceUnlock(`${key}:b`)
+        }))
+
+      it.effect("a waiter interrupted as the release hands it the lock leaves no lock behind", () =>
+        Effect.gen(function*() {
+          const key = freshKey("orphan")
+          for (let gap = 1; gap <= 4; gap++) {
+            const done = yield* Deferred.make<void>()
+            const held = yield* Deferred.make<void>()
+            const holder = yield* Effect.fork(withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(done))))
+            yield* Deferred.await(held)
+            const waiter = yield* Effect.fork(withLock(key, Effect.void))
+            yield* Effect.sleep(20)
+            yield* Deferred.succeed(done, void 0)
+            yield* Effect.repeatN(Effect.yieldNow(), gap - 1)
+            yield* Fiber.interrupt(waiter)
+            yield* Fiber.join(holder)
+            // Give a release on the waiter's behalf (one round trip) time to land.
+            for (let i = 0; i < 50 && (yield* Lock.isLocked(key)); i++) yield* Effect.sleep(10)
+            assert.isFalse(yield* Lock.isLocked(key), `gap ${gap}: no orphaned lock`)
+          }
+        }))
     })
   })

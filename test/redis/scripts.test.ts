@@ -1,0 +1,91 @@
+/**
+ * The scripts on a real server, driven directly (as a client of another language would call them):
+ * a script that can fail halfway checks its arguments before its first write, so that a bad lease
+ * never leaves a lock hash without a TTL, nor replaces a holder's valid lock.
+ */
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import type { LockRequest } from "../../src/LockBackend.js"
+import { makeKeyLayout } from "../../src/internal/redis/keys.js"
+import * as scripts from "../../src/internal/redis/lockScripts.js"
+import type { Script } from "../../src/internal/redis/scripts.js"
+import { runScript } from "../../src/internal/redis/scripts.js"
+import * as RedisBackend from "../../src/RedisBackend.js"
+import type { RedisServer } from "../support/redisServer.js"
+import { skipRedis, startRedisServer } from "../support/redisServer.js"
+import { admin, cmd } from "./helpers.js"
+
+const skip = skipRedis()
+const layout = makeKeyLayout("")
+
+/** Run a script; its error message when it fails, its decoded reply when it succeeds. */
+const run = <I extends ReadonlyArray<unknown>, A>(client: Parameters<typeof runScript>[0], script: Script<I, A>, ...input: I) =>
+  Effect.async<A | string>((resume) =>
+    runScript(
+      client,
+      script,
+      input,
+      (reply) => resume(Effect.succeed(script.decode(reply) as A)),
+      (error) => resume(Effect.succeed(error instanceof Error ? error.message : String(error)))
+    )
+  )
+
+const request = (key: string, owner: string, leaseMillis: number): LockRequest => ({
+  key,
+  owner,
+  leaseMillis,
+  fencing: true
+})
+
+describe.skipIf(skip)("scripts check their arguments before writing", () => {
+  let server: RedisServer
+  beforeAll(async () => {
+    server = await startRedisServer()
+  })
+  afterAll(() => server?.stop())
+
+  it.scopedLive("acquire: a lease that is not a whole number of milliseconds leaves no key", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      for (const lease of [2500.5, 1e21, 0, -1, 2 ** 31, Number.NaN]) {
+        const key = `bad-lease:${lease}`
+        const reply = yield* run(redis, scripts.acquire, layout.keysOf(key), request(key, "o:1", lease))
+        assert.match(String(reply), /effect-lock: the lease must be a whole number/, String(lease))
+        assert.strictEqual(yield* cmd(redis, "EXISTS", key), 0, `no lock hash for lease ${lease}`)
+        assert.strictEqual(yield* cmd(redis, "EXISTS", layout.keysOf(key).token), 0, "no token drawn")
+      }
+      const good = yield* run(redis, scripts.acquire, layout.keysOf("good"), request("good", "o:1", 2 ** 31 - 1))
+      assert.deepStrictEqual(good, { _tag: "Acquired", fencingToken: 1n })
+    }))
+
+  it.scopedLive("hand-over: a bad receiver lease leaves the holder's lock as it was", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      const key = "held"
+      yield* run(redis, scripts.acquire, layout.keysOf(key), request(key, "holder:1", 60_000))
+      const reply = yield* run(redis, scripts.handOver, layout.keysOf(key), "holder:1", request(key, "next:1", 2500.5), 0)
+      assert.match(String(reply), /the receiver's lease must be a whole number/)
+      assert.deepStrictEqual(yield* cmd(redis, "HGETALL", key), ["holder:1", "1"])
+      const pttl = yield* cmd<number>(redis, "PTTL", key)
+      assert.isTrue(pttl > 50_000, `the holder's lease is intact (${pttl})`)
+    }))
+
+  it.scopedLive("renew: one bad lease in a batch renews nothing", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* run(redis, scripts.acquire, layout.keysOf("r1"), request("r1", "o:1", 5_000))
+      yield* run(redis, scripts.acquire, layout.keysOf("r2"), request("r2", "o:2", 5_000))
+      const reply = yield* run(redis, scripts.renew, ["r1", "r2"], [request("r1", "o:1", 60_000), request("r2", "o:2", 0.5)])
+      assert.match(String(reply), /lease 2 must be a whole number/)
+      assert.isAtMost(yield* cmd<number>(redis, "PTTL", "r1"), 5_000, "r1 was not renewed either")
+    }))
+
+  it.scopedLive("a bad commandTimeout is a LockOptionsError naming the field, and nothing connects", () =>
+    Effect.gen(function*() {
+      for (const commandTimeout of [0, -5, 1.5, Number.POSITIVE_INFINITY, "soon" as never]) {
+        const error = yield* Effect.flip(RedisBackend.make({ url: server.url, commandTimeout }))
+        assert.strictEqual(error._tag, "LockOptionsError", String(commandTimeout))
+        if (error._tag === "LockOptionsError") assert.strictEqual(error.field, "commandTimeout")
+      }
+    }))
+})
