@@ -202,3 +202,11 @@ export const layerConfig = (
   options: Omit<RedisBackendOptions, "url" | "client"> = {}
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError | ConfigError> =>
   Layer.unwrapEffect(Effect.map(Config.redacted("REDIS_URL"), (url) => layer({ ...options, url })))
+
+/**
+ * This module as a namespace, so that both `import { RedisBackend } from "effect-lock/RedisBackend"`
+ * and `import * as RedisBackend from "effect-lock/RedisBackend"` read `RedisBackend.layer(...)`.
+ *
+ * @since 0.2.0
+ */
+export * as RedisBackend from "./RedisBackend.js"

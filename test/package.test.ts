@@ -1,8 +1,11 @@
 /**
  * The package as a user gets it: `npm run build` emits JavaScript and declarations, `npm pack`
  * gives a tarball, and a throw-away consumer project (strict, exactOptionalPropertyTypes,
- * NodeNext) installs it with `effect` from the registry, type-checks code that relies on the error
- * union of `withLock`, and runs it. ioredis is deliberately not installed: it is an optional peer.
+ * NodeNext, `skipLibCheck: false`) installs it with `effect` from the registry, type-checks code
+ * that relies on the error union of `withLock` and on every subpath export, and runs it. ioredis is
+ * first not installed (it is an optional peer: the root and the memory backend must compile and
+ * run without it), then installed, and a Redis program type-checks against
+ * `effect-lock/RedisBackend`.
  */
 import { execFile } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -36,11 +39,41 @@ const rootPackage = JSON.parse(readFileSync(join(root, "package.json"), "utf8"))
   readonly devDependencies: Record<string, string>
 }
 
+/** A Redis program, checked once ioredis is installed. */
+const redisSource = `
+import { Effect } from "effect"
+import { withLock } from "effect-lock"
+import { RedisBackend } from "effect-lock/RedisBackend"
+import type { LockBackendError, LockOptionsError } from "effect-lock"
+import { Redis } from "ioredis"
+
+const layer = RedisBackend.layer({ url: "redis://127.0.0.1:6379", prefix: "app:", commandTimeout: "1 second" })
+const errors: Effect.Effect<void, LockBackendError | LockOptionsError, never> = Effect.asVoid(Effect.scoped(Layer.build(layer)))
+const client = new Redis({ lazyConnect: true })
+export const program = withLock("orders:42", Effect.log("alone")).pipe(
+  Effect.provide(RedisBackend.layer({ client }))
+)
+export const fenced = Fencing.redisSet(client, { key: "k", value: "v", token: 1n })
+export { errors }
+import { Layer } from "effect"
+import { Fencing } from "effect-lock"
+`
+
 /** The consumer's code: the README's card form, the error union checked at the type level. */
 const consumerSource = `
 import { Console, Effect, Fiber, Option } from "effect"
 import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "effect-lock"
 import { Lock, MemoryBackend, withLock } from "effect-lock"
+import * as Fencing from "effect-lock/Fencing"
+import * as LockModule from "effect-lock/Lock"
+import { LockBackend } from "effect-lock/LockBackend"
+import { LockTimeoutError as TimeoutFromSubpath } from "effect-lock/LockError"
+import * as Memory from "effect-lock/MemoryBackend"
+
+// Every subpath is the same module as its root re-export.
+const sameModules: boolean = LockModule.withLock === withLock && Memory.layer === MemoryBackend.layer &&
+  typeof LockBackend.make === "function" && typeof Fencing.makeMemory === "object" &&
+  TimeoutFromSubpath === (await import("effect-lock")).LockTimeoutError
 
 const program = Effect.succeed(42)
 
@@ -69,7 +102,7 @@ const main = Effect.gen(function*() {
   yield* Fiber.join(holder)
   yield* Console.log(
     \`value=\${value} token=\${token} piped=\${piped} free=\${Option.getOrElse(free, () => "busy")} \` +
-      \`includes=\${includesLockErrors} timeout=\${timeout}\`
+      \`includes=\${includesLockErrors} timeout=\${timeout} subpaths=\${sameModules}\`
   )
 }).pipe(Effect.provide(MemoryBackend.layer))
 
@@ -116,7 +149,7 @@ describe("the npm package", () => {
           moduleResolution: "NodeNext",
           strict: true,
           exactOptionalPropertyTypes: true,
-          skipLibCheck: true,
+          skipLibCheck: false,
           types: [],
           outDir: "dist",
           rootDir: "src"
@@ -144,20 +177,36 @@ export const wrong: Effect.Effect<number, LockTimeoutError | LockBackendError | 
     // 5. compile and run the JavaScript
     await run(process.execPath, [tsc, "-p", "."], app)
     const { stdout } = await run(process.execPath, [join("dist", "main.js")], app)
-    expect(stdout.trim()).toBe("value=42 token=1 piped=piped free=free includes=true timeout=wait-elapsed")
+    expect(stdout.trim()).toBe("value=42 token=1 piped=piped free=free includes=true timeout=wait-elapsed subpaths=true")
 
     // 6. the exports map: the package root resolves (all of it, without ioredis), internals do not
     const probe = `
       const lib = await import("effect-lock")
-      console.log(typeof lib.withLock, typeof lib.Lock.acquire, typeof lib.MemoryBackend.layer, typeof lib.RedisBackend?.layer)
-      try { await import("effect-lock/dist/internal/hold.js"); console.log("internal: importable") }
+      console.log(typeof lib.withLock, typeof lib.Lock.acquire, typeof lib.MemoryBackend.layer, typeof lib.RedisBackend)
+      const redis = await import("effect-lock/RedisBackend")
+      console.log("RedisBackend: " + typeof redis.layer)
+      try { await import("effect-lock/dist/internal/lock/hold.js"); console.log("internal: importable") }
       catch (e) { console.log("internal: " + e.code) }
     `
     const { stdout: exported } = await run(process.execPath, ["--input-type=module", "-e", probe], app)
     expect(exported.trim().split("\n")).toEqual([
-      // RedisBackend loads although ioredis is not installed: ioredis is only needed to build one
-      "function function object function",
+      // The root holds nothing that needs ioredis ...
+      "function function object undefined",
+      // ... and the Redis module loads without it too: ioredis is only needed to build a backend.
+      "RedisBackend: function",
       "internal: ERR_PACKAGE_PATH_NOT_EXPORTED"
     ])
+
+    // 7. with ioredis installed, a Redis program type-checks against the subpath, libraries included
+    writeFileSync(join(app, "src", "redis.ts"), redisSource)
+    const withoutIoredis = await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app).then(() => "", (e: Error) => e.message)
+    expect(withoutIoredis).toMatch(/ioredis/)
+    const ioredisRange = rootPackage.devDependencies["ioredis"] ?? "^5.4.0"
+    const nodeTypesRange = rootPackage.devDependencies["@types/node"] ?? "^20.0.0"
+    // ioredis' declarations name Node's modules, as any Node project's do: its users have @types/node.
+    await run(npm, ["install", "--no-audit", "--no-fund", `ioredis@${ioredisRange}`, `@types/node@${nodeTypesRange}`], app)
+    const tsconfig = JSON.parse(readFileSync(join(app, "tsconfig.json"), "utf8")) as { compilerOptions: Record<string, unknown> }
+    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ ...tsconfig, compilerOptions: { ...tsconfig.compilerOptions, types: ["node"] } }))
+    await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app)
   }, 180_000)
 })
