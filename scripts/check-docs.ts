@@ -4,29 +4,21 @@
  * module, `"effect-lock"` is mapped to `src/index.ts` through tsconfig `paths`, and `tsc` runs over
  * all of them with the repository's compiler options. Errors are reported at their Markdown line.
  *
- * Blocks that use `RedisBackend` are skipped, with a warning, while `src/index.ts` does not export
- * it yet; once it does they are checked like every other block.
- *
  * Usage: `npm run check:docs` (part of `npm test`).
  */
 import { spawnSync } from "node:child_process"
 import { existsSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
-import type { DocBlock } from "./docBlocks.js"
-import { allBlocks, blockFileName, docFiles, exportsRedisBackend, usesRedis, writeBlockFiles } from "./docBlocks.js"
+import { allBlocks, blockFileName, docFiles, writeBlockFiles } from "./docBlocks.js"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..")
 const checkDir = join(root, ".scratch", "docs-check")
 
 const main = (): number => {
   const blocks = allBlocks(root)
-  const skippedRedis = exportsRedisBackend(root) ? [] : blocks.filter((b) => !b.noCheck && usesRedis(b))
-  const checked = blocks.filter((b) => !b.noCheck && !skippedRedis.includes(b))
+  const checked = blocks.filter((b) => !b.noCheck)
   const fragments = blocks.filter((b) => b.noCheck)
-  for (const block of skippedRedis) {
-    console.warn(`${block.file}:${block.line}: skipped (RedisBackend is not exported from src/index.ts yet)`)
-  }
   // This script is outside tsconfig.json's `include`, so it is checked along with the examples.
   writeBlockFiles(root, checkDir, checked, ["scripts/check-docs.ts"])
   const byName = new Map(checked.map((block) => [blockFileName(block), block]))
@@ -53,8 +45,7 @@ const main = (): number => {
   }
   const files = docFiles(root).filter((file) => existsSync(join(root, file))).length
   const summary = `check-docs: ${checked.length} example(s) in ${files} file(s) type-checked` +
-    (fragments.length > 0 ? `, ${fragments.length} marked no-check` : "") +
-    (skippedRedis.length > 0 ? `, ${skippedRedis.length} skipped (RedisBackend)` : "")
+    (fragments.length > 0 ? `, ${fragments.length} marked no-check` : "")
   if (run.status !== 0 || errors > 0) {
     console.error(`${summary}: FAILED (${errors} error(s))`)
     return 1

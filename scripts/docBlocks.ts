@@ -5,7 +5,8 @@
  * Conventions in the Markdown:
  *
  * - A fence whose info string starts with `ts` or `typescript` is an example. It must type-check
- *   as a module on its own, importing the library as `"effect-lock"`.
+ *   as a module on its own, importing the library as `"effect-lock"` (and its subpaths, such as
+ *   `"effect-lock/RedisBackend"`).
  * - `ts no-check` marks a deliberate fragment: it is neither type-checked nor run. Keep these rare.
  * - A fence with the info string `text output` that directly follows an example (blank lines in
  *   between are allowed) is that example's expected standard output. The docs test runs the
@@ -142,21 +143,13 @@ export const comparableOutput = (stdout: string): string => {
   return kept.join("\n").trim()
 }
 
-/** Whether `src/index.ts` exports `RedisBackend` yet. */
-export const exportsRedisBackend = (root: string): boolean => {
-  try {
-    return /\bRedisBackend\b/.test(readFileSync(join(root, "src", "index.ts"), "utf8"))
-  } catch {
-    return false
-  }
-}
-
 /** Whether a block uses the Redis backend (such blocks are type-checked, never run). */
 export const usesRedis = (block: DocBlock): boolean => /\bRedisBackend\b/.test(block.code)
 
 /**
  * Write `blocks` into `dir` (emptied first), one module per block, with a tsconfig that maps
- * `"effect-lock"` to `<root>/src/index.ts` for both `tsc` and `tsx`. `alsoInclude` adds files
+ * `"effect-lock"` to `<root>/src/index.ts` and each subpath `"effect-lock/X"` to `<root>/src/X.ts`,
+ * for both `tsc` and `tsx`. `alsoInclude` adds files
  * (relative to `root`) to the type-checked program.
  */
 export const writeBlockFiles = (
@@ -182,7 +175,7 @@ export const writeBlockFiles = (
           // Examples declare things to show them, not to use them.
           noUnusedLocals: false,
           noUnusedParameters: false,
-          paths: { "effect-lock": [`${up}/src/index.ts`] }
+          paths: { "effect-lock": [`${up}/src/index.ts`], "effect-lock/*": [`${up}/src/*.ts`] }
         },
         include: ["*.ts", ...alsoInclude.map((path) => `${up}/${path}`)]
       },
