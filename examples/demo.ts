@@ -26,15 +26,16 @@ const HOLD_MS = intFromEnv("DEMO_HOLD_MS", 4)
 const PROGRESS_EVERY = Duration.millis(500)
 
 // ---------------------------------------------------------------------------------------------
-// Backend choice. Memory by default; Redis when REDIS_URL is set. The Redis backend is imported
-// lazily so that the memory path never loads ioredis.
+// Backend choice. Memory by default; Redis when REDIS_URL is set. The Redis backend is a module of
+// its own (`effect-lock/RedisBackend` in a published install, not re-exported by the root), and it
+// is imported lazily here so that the memory path never loads ioredis.
 // >>> REDIS BACKEND SPOT: this is the one place to change to plug in another backend. <<<
 // ---------------------------------------------------------------------------------------------
 const redisLayer = (): Layer.Layer<LockBackend, unknown> =>
   Layer.unwrapEffect(
     Effect.map(
       Effect.tryPromise(() => import("../src/RedisBackend.js")),
-      (RedisBackend) => RedisBackend.layerConfig()
+      ({ RedisBackend }) => RedisBackend.layerConfig()
     )
   )
 
