@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Option, Scope, Stream } from "effect"
+import type { Effect, Option, Queue, Scope } from "effect"
 import { Context } from "effect"
 import * as internal from "./internal/backend/make.js"
 import { LockBackendError } from "./LockError.js"
@@ -160,8 +160,11 @@ export interface LockPrimitives {
   readonly subscribe: (key: string) => Effect.Effect<void, LockBackendError>
   /** Stop delivering notifications for `key` (its last local waiter left). */
   readonly unsubscribe: (key: string) => Effect.Effect<void>
-  /** The notifications, for as long as the backend lives. */
-  readonly notifications: Stream.Stream<Notification>
+  /**
+   * The notifications, for as long as the backend lives: only for keys subscribed to (and `Missed`).
+   * `make` takes them as they come, so an unbounded queue is the usual source.
+   */
+  readonly notifications: Queue.Dequeue<Notification>
 }
 
 /**

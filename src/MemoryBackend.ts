@@ -13,7 +13,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Layer, Option, Queue, Stream } from "effect"
+import { Effect, Layer, Option, Queue } from "effect"
 import type {
   AcquireResult,
   HandOverResult,
@@ -95,7 +95,11 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.map(
       return token
     }
 
-    const notify = (key: string) => Queue.unsafeOffer(notifications, { _tag: "Released", key })
+    // Like a Redis channel, a key is only heard while somebody in the process waits on it.
+    const subscribed = new Set<string>()
+    const notify = (key: string) => {
+      if (subscribed.has(key)) Queue.unsafeOffer(notifications, { _tag: "Released", key })
+    }
 
     const grant = (key: string, request: LockRequest, now: number): bigint => {
       locks.set(key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
@@ -166,10 +170,9 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.map(
             ttlMillis: entry.expiresAt - now
           })
         }),
-      // Notifications always flow in memory.
-      subscribe: () => Effect.void,
-      unsubscribe: () => Effect.void,
-      notifications: Stream.fromQueue(notifications),
+      subscribe: (key) => Effect.sync(() => void subscribed.add(key)),
+      unsubscribe: (key) => Effect.sync(() => void subscribed.delete(key)),
+      notifications,
       lockCount: Effect.map(nowMillis, (now) => {
         let count = 0
         for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++

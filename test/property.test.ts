@@ -1,7 +1,7 @@
 /**
  * Property tests on the memory backend under TestClock: random schedules of fibers that acquire,
  * reenter, hold, get interrupted while waiting or holding, and stall past their lease (their
- * renewals stop getting through). Invariants: never two owners inside one key at once; fencing
+ * renewals stop getting through), with releases and hand-overs that take a while. Invariants: never two owners inside one key at once; fencing
  * tokens strictly increase in grant order; every fiber that is neither interrupted nor stalled
  * gets in within a bound; afterwards no lock, waiter or watchdog fiber is left.
  */
@@ -28,10 +28,13 @@ const STEP_MILLIS = 50
 describe("properties of the lock under random schedules", () => {
   it.effect.prop(
     "mutual exclusion, monotonic tokens, bounded waits, nothing left behind",
-    [fc.array(fiberPlan, { minLength: 2, maxLength: 8 })],
-    ([plans]) =>
+    [fc.array(fiberPlan, { minLength: 2, maxLength: 8 }), fc.constantFrom(0, 0, 5, 30)],
+    ([plans, releaseDelayMillis]) =>
       Effect.scoped(Effect.gen(function*() {
         const t = yield* makeInstrumented
+        // Releases (and hand-overs) that take a while, as a network would: waiters then move up,
+        // time out and get interrupted while a hand-over to them is in flight.
+        t.releaseDelayMillis = releaseDelayMillis
         const inside = new Map<number, string>()
         const tokens = new Map<number, Array<bigint>>()
         const violations: Array<string> = []

@@ -31,5 +31,5 @@ export const waitTime = Metric.timerWithBoundaries("effect_lock_wait_duration", 
 ])
 
 export const watchdogs = Metric.gauge("effect_lock_watchdogs_active", {
-  description: "Live watchdog fibers: one per hold, 0 when no lock is held"
+  description: "Holds under a watchdog: one per held lock, 0 when no lock is held"
 })

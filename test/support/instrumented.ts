@@ -5,7 +5,8 @@
  * here imitates Redis.
  */
 import type { Scope } from "effect"
-import { Effect, Layer, Stream } from "effect"
+import { Effect, Layer, Queue } from "effect"
+import type { Notification } from "../../src/LockBackend.js"
 import { LockBackend } from "../../src/LockBackend.js"
 import { LockBackendError } from "../../src/LockError.js"
 import * as MemoryBackend from "../../src/MemoryBackend.js"
@@ -23,7 +24,10 @@ export interface Instrumented {
   failAllRenewals: boolean
   /** When true, releases fail. */
   failReleases: boolean
-  /** Releases take this long to answer (as a slow network would), in Clock milliseconds. */
+  /**
+   * Releases and hand-overs take this long to answer (as a slow network would), in Clock
+   * milliseconds: the backend acts halfway through.
+   */
   releaseDelayMillis: number
   /** Release notifications never reach waiters (as with pub/sub down). */
   dropNotifications: boolean
@@ -48,13 +52,25 @@ export const makeInstrumented: Effect.Effect<Instrumented, never, Scope.Scope> =
     dropNotifications: false,
     renewalsByKey: new Map<string, number>()
   }
+  // Half the delay before the backend acts, half before its reply arrives, as a network would.
   const delayed = <A, E>(effect: Effect.Effect<A, E>) =>
-    self.releaseDelayMillis > 0 ? Effect.delay(effect, self.releaseDelayMillis) : effect
+    self.releaseDelayMillis > 0
+      ? Effect.zipLeft(
+        Effect.delay(effect, Math.floor(self.releaseDelayMillis / 2)),
+        Effect.sleep(Math.ceil(self.releaseDelayMillis / 2))
+      )
+      : effect
   const releasing = <A>(key: string, release: Effect.Effect<A, LockBackendError>) =>
     Effect.suspend(() => {
       self.calls.release++
       return delayed(self.failReleases ? Effect.fail(fault("release", key)) : release)
     })
+  // The notifications pass through, unless they are being dropped.
+  const notifications = yield* Queue.unbounded<Notification>()
+  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(
+    Queue.takeBetween(inner.notifications, 1, Number.POSITIVE_INFINITY),
+    (batch) => self.dropNotifications ? Effect.void : Queue.offerAll(notifications, batch)
+  )))
   const wrapped: MemoryBackend.MemoryPrimitives = {
     ...inner,
     tryAcquire: (request) => Effect.suspend(() => (self.calls.tryAcquire++, inner.tryAcquire(request))),
@@ -73,7 +89,7 @@ export const makeInstrumented: Effect.Effect<Instrumented, never, Scope.Scope> =
     release: (key, owner) => releasing(key, inner.release(key, owner)),
     handOver: (key, from, to) => releasing(key, inner.handOver!(key, from, to)),
     subscribe: (key) => Effect.suspend(() => (self.calls.subscribe++, inner.subscribe(key))),
-    notifications: Stream.filter(inner.notifications, () => !self.dropNotifications)
+    notifications
   }
   const backend = yield* MemoryBackend.fromPrimitives(wrapped)
   return Object.assign(self, { backend, inner, layer: Layer.succeed(LockBackend, backend) })

@@ -6,11 +6,11 @@
  *   backend's notifications for exactly as long as a key has local waiters;
  * - `release`: an owner-checked release that hands the lock to a parked local waiter when the
  *   backend can do that in the same call;
- * - `renewAt`: the renewal scheduler (`renewals.ts`): renewals due at the same instant go out
+ * - `renewals`: the renewal scheduler (`renewals.ts`): renewals due at the same instant go out
  *   together, 100 to a `primitives.renew` call.
  */
 import type { Scope } from "effect"
-import { Effect, Stream } from "effect"
+import { Effect, Queue } from "effect"
 import type {
   LockBackendShape,
   LockPrimitives,
@@ -21,7 +21,7 @@ import type { LockBackendError } from "../../LockError.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
 import type { WaiterQueue } from "../waiting/waiterQueue.js"
 import { makeWaiterQueue } from "../waiting/waiterQueue.js"
-import type { RenewAt } from "./renewals.js"
+import type { Renewals } from "./renewals.js"
 import { makeRenewals } from "./renewals.js"
 
 export const TypeId: LockBackendTypeId = Symbol.for("effect-lock/LockBackend") as LockBackendTypeId
@@ -29,7 +29,7 @@ export const TypeId: LockBackendTypeId = Symbol.for("effect-lock/LockBackend") a
 /** The service as the lock code sees it. Every `LockBackendShape` is one: only `make` builds them. */
 export interface Backend extends LockBackendShape {
   readonly queue: WaiterQueue
-  readonly renewAt: RenewAt
+  readonly renewals: Renewals
   /** Release one hold, handing the lock to a local waiter where the backend can. */
   readonly release: (key: string, owner: string) => Effect.Effect<ReleaseResult, LockBackendError>
 }
@@ -51,18 +51,21 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
           logged(`Releasing lock "${request.key}" handed to a waiter that was interrupted`)
         )
     })
-    yield* Effect.forkScoped(Effect.interruptible(Stream.runForEach(primitives.notifications, (notification) =>
+    const deliver = Effect.flatMap(Queue.takeBetween(primitives.notifications, 1, Number.POSITIVE_INFINITY), (batch) =>
       Effect.sync(() => {
-        if (notification._tag === "Released") queue.notify(notification.key)
-        else queue.notifyEveryKey()
-      }))))
-    const renewAt = yield* makeRenewals(primitives)
+        for (const notification of batch) {
+          if (notification._tag === "Released") queue.notify(notification.key)
+          else queue.notifyEveryKey()
+        }
+      }))
+    yield* Effect.forkScoped(Effect.interruptible(Effect.forever(deliver)))
+    const renewals = yield* makeRenewals(primitives)
     const backend: Backend = {
       [TypeId]: TypeId,
       name: primitives.name,
       primitives,
       queue,
-      renewAt,
+      renewals,
       release: (key, owner) => releaseHandingOver(queue, primitives, key, owner)
     }
     return backend

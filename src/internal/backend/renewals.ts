@@ -1,13 +1,21 @@
 /**
- * The renewal scheduler, one per backend: renewals wait in buckets by the Clock instant they are
- * due, and each bucket has one timer fiber in the backend's scope that sends all of its renewals
- * together, 100 to a `primitives.renew` call (as Redisson 4.7's `LockTask` renews up to 100 locks
- * in one script). Registering before the instant, rather than gathering whoever wakes at it, makes
- * the batching exact on any clock, `TestClock` included. The watchdogs' renewal grid puts holds
- * taken at about the same time into the same bucket.
+ * The renewal scheduler, one per backend, living in the backend layer's scope. Renewals wait in
+ * buckets by the Clock instant they are due, and each bucket has one timer fiber that sends all of
+ * its renewals together, 100 to a `primitives.renew` call (as Redisson 4.7's `LockTask` renews up to
+ * 100 locks in one script). Registering before the instant, rather than gathering whoever wakes at
+ * it, makes the batching exact on any clock, `TestClock` included; the watchdogs' renewal grid puts
+ * holds taken at about the same time into the same bucket.
+ *
+ * A member of a bucket is delivered its renewal's outcome in the bucket's fiber. A watchdog fiber
+ * awaits it (`renewAt`); a hold whose watchdog has not started yet is handed it by `schedule`'s
+ * `deliver`, which starts the watchdog with it (see `lock/watchdog.ts`).
+ *
+ * Timers never outlive the holds: when the backend's last hold ends, the bucket timers are stopped
+ * on the next turn of the event loop unless a hold has started again by then, so a process whose
+ * locks are all released has nothing left that keeps Node running.
  */
-import type { Scope } from "effect"
-import { Cause, Deferred, Effect, Exit, FiberId, FiberSet, Option } from "effect"
+import type { Fiber, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, Option } from "effect"
 import type { LockPrimitives, LockRequest, RenewOutcome } from "../../LockBackend.js"
 import { LockBackendError } from "../../LockError.js"
 import { nowMillis, sleepMillis, wholeMillis } from "../time.js"
@@ -23,102 +31,161 @@ export type Renewal =
   | { readonly _tag: "Failed"; readonly error: LockBackendError }
   | { readonly _tag: "Overdue"; readonly attempted: boolean }
 
-/**
- * Renew `request` at Clock time `at`, with every renewal due at the same instant, given the hold's
- * local `deadline`. Interrupting the caller withdraws the renewal if it was not sent yet.
- */
-export type RenewAt = (request: LockRequest, at: number, deadline: number) => Effect.Effect<Renewal>
+export interface Member {
+  /** What to renew; `undefined` for a hold that only waits for its deadline (`renew: false`). */
+  readonly request: LockRequest | undefined
+  readonly deadline: number
+  /** Called in the bucket's fiber with the outcome. */
+  readonly deliver: (renewal: Renewal) => Effect.Effect<void>
+}
+
+export interface Renewals {
+  /** Put `member` in the bucket of instant `at`; the returned function takes it out again (if not sent yet). */
+  readonly schedule: (member: Member, at: number) => Effect.Effect<() => void>
+  /** Renew `request` at `at` with everything due then, and wait for the outcome. Interrupting withdraws it. */
+  readonly renewAt: (request: LockRequest, at: number, deadline: number) => Effect.Effect<Renewal>
+  /** Count a hold as watched until the returned function is called (idempotent). */
+  readonly track: () => () => void
+}
 
 /** The most renewals sent in one `primitives.renew` call. */
 export const MAX_RENEW_BATCH = 100
 
-interface Member {
-  readonly request: LockRequest
-  readonly deadline: number
-  readonly done: Deferred.Deferred<Renewal>
+interface Bucket {
+  readonly members: Set<Member>
+  fiber: Fiber.RuntimeFiber<void> | undefined
 }
 
 const notSent: Renewal = { _tag: "Overdue", attempted: false }
 const unanswered: Renewal = { _tag: "Overdue", attempted: true }
 
-export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<RenewAt, never, Scope.Scope> =>
+export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const timers = yield* FiberSet.make()
-    const buckets = new Map<number, Set<Member>>()
+    const scope = yield* Effect.scope
+    const buckets = new Map<number, Bucket>()
+    let watched = 0
+    let idleCheck = false
 
-    const settle = (member: Member, renewal: Renewal) => Deferred.unsafeDone(member.done, Exit.succeed(renewal))
-    const failure = (member: Member, cause: unknown) =>
-      new LockBackendError({ backend: primitives.name, operation: "renew", key: member.request.key, cause })
-    const outcomeOf = (member: Member, outcome: RenewOutcome | undefined, startedAt: number): Renewal =>
+    const failure = (request: LockRequest, cause: unknown) =>
+      new LockBackendError({ backend: primitives.name, operation: "renew", key: request.key, cause })
+    const outcomeOf = (request: LockRequest, outcome: RenewOutcome | undefined, startedAt: number): Renewal =>
       outcome === undefined
-        ? { _tag: "Failed", error: failure(member, new Error("the backend returned no outcome for this renewal")) }
+        ? { _tag: "Failed", error: failure(request, new Error("the backend returned no outcome for this renewal")) }
         : outcome._tag === "LockBackendError"
         ? { _tag: "Failed", error: outcome }
         : outcome._tag === "Renewed"
         ? { _tag: "Renewed", startedAt }
         : outcome
 
-    const send = (batch: ReadonlyArray<Member>) =>
+    /** Send one batch and deliver each member its outcome. */
+    const send = (batch: ReadonlyArray<Member & { readonly request: LockRequest }>) =>
       Effect.gen(function*() {
         const startedAt = yield* nowMillis
-        const live = batch.filter((member) => member.deadline > startedAt || (settle(member, notSent), false))
+        const live = batch.filter((member) => member.deadline > startedAt)
+        yield* Effect.forEach(batch, (member) => member.deadline > startedAt ? Effect.void : member.deliver(notSent), {
+          discard: true
+        })
         if (live.length === 0) return
         // No reply is of use after the earliest deadline in the batch: that hold is lost by then.
         const budget = wholeMillis(Math.min(...live.map((member) => member.deadline)) - startedAt)
         const exit = yield* Effect.exit(Effect.timeoutOption(primitives.renew(live.map((m) => m.request)), budget))
         const now = yield* nowMillis
-        live.forEach((member, i) => {
+        yield* Effect.forEach(live, (member, i): Effect.Effect<void> => {
           if (Exit.isFailure(exit)) {
             const error = Cause.failureOption(exit.cause)
-            settle(member, {
+            return member.deliver({
               _tag: "Failed",
-              error: Option.isSome(error) ? error.value : failure(member, Cause.squash(exit.cause))
+              error: Option.isSome(error) ? error.value : failure(member.request, Cause.squash(exit.cause))
             })
-          } else if (Option.isNone(exit.value)) {
-            settle(
-              member,
+          }
+          if (Option.isNone(exit.value)) {
+            return member.deliver(
               member.deadline <= now
                 ? unanswered
-                : { _tag: "Failed", error: failure(member, new Error("no reply before the earliest deadline of its batch")) }
+                : { _tag: "Failed", error: failure(member.request, new Error("no reply before the earliest deadline of its batch")) }
             )
-          } else {
-            settle(member, outcomeOf(member, exit.value.value[i], startedAt))
           }
-        })
+          return member.deliver(outcomeOf(member.request, exit.value.value[i], startedAt))
+        }, { discard: true })
       })
 
-    const fire = (at: number, bucket: Set<Member>) =>
+    const fire = (at: number, bucket: Bucket) =>
       Effect.zipRight(
         Effect.flatMap(nowMillis, (now) => sleepMillis(at - now)),
         Effect.suspend(() => {
           if (buckets.get(at) === bucket) buckets.delete(at)
-          const batch = Array.from(bucket)
-          const sends: Array<Effect.Effect<void>> = []
-          for (let i = 0; i < batch.length; i += MAX_RENEW_BATCH) sends.push(send(batch.slice(i, i + MAX_RENEW_BATCH)))
+          const renewing: Array<Member & { readonly request: LockRequest }> = []
+          const waiting: Array<Member> = []
+          for (const member of bucket.members) {
+            if (member.request === undefined) waiting.push(member)
+            else renewing.push(member as Member & { readonly request: LockRequest })
+          }
+          const sends: Array<Effect.Effect<void>> = waiting.map((member) => member.deliver(notSent))
+          for (let i = 0; i < renewing.length; i += MAX_RENEW_BATCH) {
+            sends.push(send(renewing.slice(i, i + MAX_RENEW_BATCH)))
+          }
           return Effect.all(sends, { concurrency: "unbounded", discard: true })
         })
       )
 
-    return (request, at, deadline) =>
+    // The last hold ended: unless one starts again within this turn of the event loop (a loop that
+    // takes one lock after another), stop every timer, so that nothing keeps the process alive.
+    const stopIdleTimers = () => {
+      idleCheck = false
+      if (watched > 0) return
+      for (const bucket of buckets.values()) bucket.fiber?.unsafeInterruptAsFork(FiberId.none)
+      buckets.clear()
+    }
+
+    const schedule = (member: Member, at: number): Effect.Effect<() => void> =>
+      Effect.suspend(() => {
+        let bucket = buckets.get(at)
+        const opened = bucket === undefined
+        if (bucket === undefined) {
+          bucket = { members: new Set(), fiber: undefined }
+          buckets.set(at, bucket)
+        }
+        bucket.members.add(member)
+        const joined = bucket
+        const cancel = () => {
+          joined.members.delete(member)
+        }
+        if (!opened) return Effect.succeed(cancel)
+        return Effect.map(Effect.forkIn(Effect.interruptible(fire(at, joined)), scope), (fiber) => {
+          joined.fiber = fiber
+          return cancel
+        })
+      })
+
+    const renewAt = (request: LockRequest, at: number, deadline: number): Effect.Effect<Renewal> =>
       Effect.uninterruptibleMask((restore) =>
         Effect.suspend(() => {
-          const member: Member = { request, deadline, done: Deferred.unsafeMake<Renewal>(FiberId.none) }
-          let bucket = buckets.get(at)
-          const opened = bucket === undefined
-          if (bucket === undefined) {
-            bucket = new Set()
-            buckets.set(at, bucket)
+          const done = Deferred.unsafeMake<Renewal>(FiberId.none)
+          const member: Member = {
+            request,
+            deadline,
+            deliver: (renewal) => Effect.sync(() => Deferred.unsafeDone(done, Exit.succeed(renewal)))
           }
-          bucket.add(member)
-          const joined = bucket
-          const withdraw = Effect.sync(() => {
-            joined.delete(member)
-            if (joined.size === 0 && buckets.get(at) === joined) buckets.delete(at)
-          })
-          return Effect.zipRight(
-            opened ? Effect.asVoid(FiberSet.run(timers, Effect.interruptible(fire(at, joined)))) : Effect.void,
-            Effect.onInterrupt(restore(Deferred.await(member.done)), () => withdraw)
+          return Effect.flatMap(
+            schedule(member, at),
+            (cancel) => Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(cancel))
           )
         })
       )
+
+    const track = () => {
+      watched++
+      let tracked = true
+      return () => {
+        if (!tracked) return
+        tracked = false
+        watched--
+        if (watched === 0 && !idleCheck) {
+          idleCheck = true
+          setImmediate(stopIdleTimers)
+        }
+      }
+    }
+
+    return { schedule, renewAt, track }
   })

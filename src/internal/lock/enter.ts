@@ -1,8 +1,8 @@
 /**
  * Entering a lock: reenter a hold of the current region (no backend call), or acquire fresh (one
- * attempt, or waiting), then start the hold's watchdog in the hold's scope and release the hold
- * when that scope closes. `withLock` gives the hold a scope of its own around the program;
- * `Lock.acquire` uses the caller's.
+ * attempt, or waiting), then watch the hold (its watchdog belongs to the hold's scope) and release
+ * it when its region ends: after the program for `withLock`, when the caller's scope closes for
+ * `Lock.acquire`.
  */
 import { Effect, FiberRef, Metric, Option, Scope } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
@@ -22,7 +22,7 @@ import type { Lease } from "./lease.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
-import { watchdog } from "./watchdog.js"
+import { watch } from "./watchdog.js"
 
 /** The program run under a lock: an effect, or a function of the `Lease`. */
 export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
@@ -54,7 +54,7 @@ const acquireFresh = <E>(
   options: ResolvedOptions,
   attempt: Attempt<E>,
   restore: Restore,
-  scoped: boolean
+  scope: Scope.Scope | undefined
 ): Effect.Effect<Hold | undefined, E> =>
   Effect.suspend(() => {
     const request: LockRequest = { key, owner: newOwnerId(), leaseMillis: options.leaseMillis, fencing: options.fencing }
@@ -62,24 +62,24 @@ const acquireFresh = <E>(
       Effect.flatMap((acquired) =>
         acquired === undefined
           ? Effect.succeed(undefined)
-          : Effect.as(
-            Metric.increment(metrics.acquisitions),
-            makeHold(backend, key, request.owner, options, acquired.fencingToken, acquired.startedAt, scoped)
-          )
+          : Effect.suspend(() => {
+            const hold = makeHold(
+              backend,
+              key,
+              request.owner,
+              options,
+              acquired.fencingToken,
+              acquired.startedAt,
+              scope !== undefined,
+              scope
+            )
+            return Effect.as(Effect.zipRight(Metric.increment(metrics.acquisitions), watch(hold)), hold)
+          })
       ),
       withSpan("effect-lock.acquire", { key, backend: backend.name })
     )
   })
 
-/**
- * Tie `hold` to `scope`: the release is its last finaliser and the watchdog is forked into it, so
- * closing the scope stops the watchdog, then releases.
- */
-const holdIn = (hold: Hold, scope: Scope.Scope): Effect.Effect<void> =>
-  Effect.zipRight(
-    Scope.addFinalizer(scope, releaseHold(hold)),
-    Effect.asVoid(Effect.forkIn(Effect.interruptible(watchdog(hold)), scope))
-  )
 
 /** Run `program` as a reentry into `hold`: no backend call, and the hold's guard still applies. */
 const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
@@ -110,16 +110,12 @@ export const runLocked = <A, E, R, E2>(
       const reentered = findHold(region, backend, key)
       if (reentered !== undefined) return reenter(reentered, program)
       return Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, false), (hold) => {
+        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined), (hold) => {
           if (hold === undefined) return Effect.succeed(undefined)
-          return Effect.flatMap(Scope.make(), (scope) =>
-            Effect.zipRight(
-              holdIn(hold, scope),
-              Effect.flatMap(
-                Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
-                (exit) => Effect.zipRight(Scope.close(scope, exit), exit)
-              )
-            ))
+          return Effect.flatMap(
+            Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
+            (exit) => Effect.zipRight(releaseHold(hold), exit)
+          )
         })
       )
     })
@@ -146,10 +142,10 @@ export const enterScoped = <E>(
             makeLease(reentered)
           )
         }
-        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, true), (hold) =>
+        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope), (hold) =>
           hold === undefined ? Effect.succeed(undefined) : Effect.as(
             Effect.zipRight(
-              holdIn(hold, scope),
+              Scope.addFinalizer(scope, releaseHold(hold)),
               // The rest of the scope is the hold's region: joiners of this fiber see it too.
               Effect.zipRight(
                 FiberRef.update(currentRegion, (current) => extend(current, hold)),

@@ -15,7 +15,7 @@
  * `count` is the number of entries into the hold that have not left: 1 for the region's own, plus
  * reentries. Reentries are tracked here, in process; the backend sees one hold count per hold.
  */
-import { Cause, Deferred, Duration, Effect, Exit, FiberId, Metric } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, Metric, Scope } from "effect"
 import type { Fiber } from "effect"
 import type { LostReason } from "../../LockError.js"
 import { LockLostError } from "../../LockError.js"
@@ -48,6 +48,15 @@ export interface Hold {
   lostSignal: Deferred.Deferred<never, LockLostError> | undefined
   /** Fibers running a program guarded by this hold: interrupted on loss. */
   guarded: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
+  /** The caller's scope, for `Lock.acquire`: the watchdog is forked into it. */
+  readonly scope: Scope.Scope | undefined
+  /**
+   * For `withLock`, the hold's own scope, where its watchdog is forked: made when the watchdog
+   * starts, closed by `releaseHold`.
+   */
+  ownScope: Scope.CloseableScope | undefined
+  /** Stop watching the hold (idempotent): set by the watchdog. */
+  unwatch: () => void
 }
 
 const held: HoldState = { _tag: "Held" }
@@ -59,7 +68,8 @@ export const makeHold = (
   options: ResolvedOptions,
   fencingToken: bigint,
   startedAt: number,
-  scoped: boolean
+  scoped: boolean,
+  scope: Scope.Scope | undefined
 ): Hold => ({
   key,
   owner,
@@ -72,8 +82,13 @@ export const makeHold = (
   count: 1,
   deadline: startedAt + options.leaseMillis - options.driftMillis,
   lostSignal: undefined,
-  guarded: undefined
+  guarded: undefined,
+  scope,
+  ownScope: undefined,
+  unwatch: constVoid
 })
+
+const constVoid = () => {}
 
 const lostError = (hold: Hold, reason: LostReason, now: number, cause?: unknown) =>
   new LockLostError({
@@ -102,6 +117,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     if (hold.state._tag !== "Held") return Effect.void
     const error = lostError(hold, reason, now, cause)
     hold.state = { _tag: "Lost", error }
+    hold.unwatch()
     signalEnd(hold, error)
     return Effect.zipRight(
       Metric.increment(metrics.lost),
@@ -111,19 +127,21 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
 
 /**
  * The end of the hold's region: the hold is released (fibers still guarded by it are interrupted),
- * and the owner-checked release goes to the backend, which may hand the lock to a local waiter. A
- * failed release is logged and counted, never raised: the lease then ends on its own.
+ * its watchdog stopped (its own scope closed, for `withLock`; the caller's scope stops it for
+ * `Lock.acquire`), and the owner-checked release goes to the backend, which may hand the lock to a
+ * local waiter. A failed release is logged and counted, never raised: the lease then ends on its own.
  */
 export const releaseHold = (hold: Hold): Effect.Effect<void> =>
   Effect.flatMap(nowMillis, (now) => {
     if (hold.state._tag === "Released") return Effect.void
+    hold.unwatch()
     if (hold.state._tag === "Held") {
       hold.state = { _tag: "Released", at: now }
       if (hold.lostSignal !== undefined || (hold.guarded !== undefined && hold.guarded.size > 0)) {
         signalEnd(hold, lostError(hold, "released", now))
       }
     }
-    return hold.backend.release(hold.key, hold.owner).pipe(
+    const release = hold.backend.release(hold.key, hold.owner).pipe(
       Effect.catchAll((error) =>
         Effect.zipRight(
           Metric.increment(metrics.releaseFailures),
@@ -133,6 +151,8 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
         )
       )
     )
+    // Stop the watchdog first: no renewal may follow the release.
+    return hold.ownScope !== undefined ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), release) : release
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>

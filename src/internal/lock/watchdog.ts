@@ -1,19 +1,26 @@
 /**
- * The watchdog: a fiber forked into the hold's scope, interrupted when the scope closes. It renews
- * the lease every `renew` period with an owner-checked call, and declares the hold lost when a
- * renewal finds another owner or no lock, or when the local deadline passes without a confirmed
+ * The watchdog: a fiber forked into the hold's scope and interrupted when the scope closes. It
+ * renews the lease every `renew` period with an owner-checked call, and declares the hold lost when
+ * a renewal finds another owner or no lock, or when the local deadline passes without a confirmed
  * renewal. With `renew: false` it only watches the deadline.
  *
- * It waits on `Clock` (so `TestClock` drives it) through the backend's renewal scheduler: renewals
- * come due on a grid (a power of two no larger than an eighth of the period, in Clock
+ * It keeps time on `Clock` (so `TestClock` drives it) through the backend's renewal scheduler.
+ * Renewals come due on a grid (a power of two no larger than an eighth of the period, in Clock
  * milliseconds), never later than the period, so holds taken at about the same time renew at the
- * same instant, and the scheduler sends all renewals due at one instant in one backend call.
- * Renewing up to an eighth of a period early costs nothing.
+ * same instant and the scheduler sends them in one backend call. Renewing up to an eighth of a
+ * period early costs nothing.
+ *
+ * The fast version of this shape: until its first renewal comes due, a hold is only a member of
+ * the scheduler's bucket for that instant (a set entry, removed when the hold ends), and the
+ * watchdog fiber is forked into the hold's scope by the bucket, with the first renewal's outcome,
+ * when that instant comes. Most locks are held for less than a renew period; they never pay for a
+ * fiber, a scope or a timer of their own.
  */
-import { Effect, Metric } from "effect"
+import { Effect, Metric, Scope } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
+import type { Renewal } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
-import { nowMillis, sleepMillis } from "../time.js"
+import { nowMillis } from "../time.js"
 import type { Hold } from "./hold.js"
 import { markLost } from "./hold.js"
 
@@ -28,33 +35,42 @@ const nextDue = (from: number, renewMillis: number) => {
   return Math.max(from + 1, Math.floor((from + renewMillis) / grid) * grid)
 }
 
-const sleepUntil = (due: number) => Effect.flatMap(nowMillis, (now) => sleepMillis(due - now))
+const requestOf = (hold: Hold): LockRequest => ({
+  key: hold.key,
+  owner: hold.owner,
+  leaseMillis: hold.options.leaseMillis,
+  fencing: hold.options.fencing
+})
 
-/** Renew until the hold ends; returns when it is lost (the caller's scope interrupts it otherwise). */
-const renewing = (hold: Hold): Effect.Effect<void> =>
+/**
+ * The watchdog fiber's life, from the outcome of its first renewal (or, with `renew: false`, of its
+ * deadline) on. Returns when the hold is lost; its scope interrupts it otherwise.
+ */
+const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { options } = hold
-    const request: LockRequest = {
-      key: hold.key,
-      owner: hold.owner,
-      leaseMillis: options.leaseMillis,
-      fencing: options.fencing
-    }
+    const request = requestOf(hold)
+    let renewal = first
     let lastError: unknown = undefined
-    let due = nextDue(hold.acquiredAt, options.renewMillis)
     while (hold.state._tag === "Held") {
-      const renewal = yield* hold.backend.renewAt(request, due, hold.deadline)
-      if (hold.state._tag !== "Held") return
+      let due: number
       switch (renewal._tag) {
         case "Overdue": {
-          // Past the deadline with no call made: the process did not get to renew in time (paused,
-          // starved); with failed or unanswered calls: the backend could not confirm a renewal.
+          // Past the deadline with no call made: renewal is off, or the process did not get to renew
+          // in time (paused, starved); with failed or unanswered calls: the backend could not
+          // confirm a renewal.
           if (!renewal.attempted && lastError === undefined) return yield* markLost(hold, "expired")
           return yield* markLost(
             hold,
             "renewal-failed",
             lastError ?? new Error("the renewal got no reply before the local deadline")
           )
+        }
+        case "Lost": {
+          // Another owner, or no lock at all although the call started before our deadline (so the
+          // server-side lease cannot have run out): somebody took or deleted it (force-unlock,
+          // flush, failover). For the program both mean the lock was taken from it.
+          return yield* markLost(hold, "stolen")
         }
         case "Failed": {
           lastError = renewal.error
@@ -64,12 +80,6 @@ const renewing = (hold: Hold): Effect.Effect<void> =>
           due = Math.min((yield* nowMillis) + retryMillis(options.renewMillis), hold.deadline)
           break
         }
-        case "Lost": {
-          // Another owner, or no lock at all although the call started before our deadline (so the
-          // server-side lease cannot have run out): somebody took or deleted it (force-unlock,
-          // flush, failover). For the program both mean the lock was taken from it.
-          return yield* markLost(hold, "stolen")
-        }
         case "Renewed": {
           lastError = undefined
           hold.deadline = renewal.startedAt + options.leaseMillis - options.driftMillis
@@ -77,19 +87,52 @@ const renewing = (hold: Hold): Effect.Effect<void> =>
           due = nextDue(renewal.startedAt, options.renewMillis)
         }
       }
+      renewal = yield* hold.backend.renewals.renewAt(request, due, hold.deadline)
     }
   })
 
-/** With renewal off the lease simply ends at the local deadline. */
-const expiring = (hold: Hold): Effect.Effect<void> =>
-  Effect.zipRight(sleepUntil(hold.deadline), Effect.suspend(() => markLost(hold, "expired")))
+/** Fork the watchdog into the hold's scope (a scope of its own for `withLock`, made now). */
+const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (hold.state._tag !== "Held") return Effect.void
+    const fork = (scope: Scope.Scope) =>
+      hold.state._tag === "Held"
+        ? Effect.asVoid(Effect.forkIn(Effect.interruptible(watchdog(hold, first)), scope))
+        : Effect.void
+    if (hold.scope !== undefined) return fork(hold.scope)
+    return Effect.flatMap(Scope.make(), (scope) => {
+      hold.ownScope = scope
+      return fork(scope)
+    })
+  })
 
-/** The watchdog's whole life; fork it into the hold's scope. */
-export const watchdog = (hold: Hold): Effect.Effect<void> =>
-  Effect.ensuring(
-    Effect.zipRight(
-      Metric.increment(metrics.watchdogs),
-      hold.options.renewMillis > 0 ? renewing(hold) : expiring(hold)
-    ),
-    Metric.incrementBy(metrics.watchdogs, -1)
-  )
+/**
+ * Watch `hold` from now until it ends (`hold.unwatch()`, called when it is released or lost): its
+ * first renewal (or its deadline, with `renew: false`) is scheduled, and the watchdog fiber starts
+ * when that comes due.
+ */
+export const watch = (hold: Hold): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const { renewals } = hold.backend
+    const renewing = hold.options.renewMillis > 0
+    const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
+    const untrack = renewals.track()
+    metrics.watchdogs.unsafeModify(1, [])
+    return Effect.map(
+      renewals.schedule({
+        request: renewing ? requestOf(hold) : undefined,
+        deadline: hold.deadline,
+        deliver: (renewal) => start(hold, renewal)
+      }, at),
+      (cancel) => {
+        hold.unwatch = () => {
+          hold.unwatch = constVoid
+          cancel()
+          untrack()
+          metrics.watchdogs.unsafeModify(-1, [])
+        }
+      }
+    )
+  })
+
+const constVoid = () => {}

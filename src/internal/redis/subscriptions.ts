@@ -8,7 +8,7 @@
  * the holder's lease.
  */
 import type { Scope } from "effect"
-import { Effect, Queue, Stream } from "effect"
+import { Effect, Queue } from "effect"
 import type { Notification } from "../../LockBackend.js"
 import type { Connections } from "./connection.js"
 import { backendName, messageOf } from "./errors.js"
@@ -17,7 +17,7 @@ import type { KeyLayout } from "./keys.js"
 export interface Subscriptions {
   readonly subscribe: (key: string) => Effect.Effect<void>
   readonly unsubscribe: (key: string) => Effect.Effect<void>
-  readonly notifications: Stream.Stream<Notification>
+  readonly notifications: Queue.Dequeue<Notification>
   /** Whether the subscriber is known to be subscribed to `channel` (SUBSCRIBE answered, not lost since). */
   readonly isLive: (channel: string) => boolean
 }
@@ -77,7 +77,7 @@ export const makeSubscriptions = (
             Effect.catchAll((error) => logFailure("UNSUBSCRIBE", [channel])(error.error))
           )
         }),
-      notifications: Stream.fromQueue(queue),
+      notifications: queue,
       isLive: (channel) => live.has(channel)
     }
   })

@@ -228,12 +228,12 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
     const reason = (): WakeUp | undefined => {
       const phase = waiter.phase
       if (phase._tag === "HandedOver") return phase.handedOver
-      if (phase._tag !== "Waiting") return undefined
-      if (phase.woken) {
+      if (phase._tag === "Waiting" && phase.woken) {
         phase.woken = false
         waiter.promoted = false
         return "released"
       }
+      // Also while a hand-over is in flight: the waiter then watches the clock, and makes no attempt.
       if (waiter.promoted) {
         waiter.promoted = false
         return "promoted"
