@@ -17,15 +17,17 @@
  * cancel an acquire in flight, so an abandoned acquire that succeeds later is released at once,
  * and `close` waits for those stragglers before the next library runs.
  */
-import { readFileSync } from "node:fs"
 import { Context, Data, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { DistributedSemaphore, RedisBacking } from "effect-distributed-lock"
 import { Redis } from "ioredis"
+import { readFileSync } from "node:fs"
 import { Mutex } from "redis-semaphore"
 import type { default as RedlockClass } from "../node_modules/redlock/dist/index.js"
 // @ts-expect-error redlock 5.0.0-beta.2's "exports" map has no "types" entry, so NodeNext cannot see its typings
 import RedlockModule from "redlock"
+import type * as EffectLock from "../src/index.js"
+import type * as EffectLockRedisBackend from "../src/RedisBackend.js"
 
 // effect-lock runs from its build (`dist/`, which `npm run bench` makes first with `npm run build`):
 // the JavaScript its users install, not the TypeScript sources through tsx's loader. The path is a
@@ -34,10 +36,8 @@ import RedlockModule from "redlock"
 // from its own module, as users import it from `effect-lock/RedisBackend`.
 const effectLockBuild = "../dist/index.js"
 const effectLockRedisBuild = "../dist/RedisBackend.js"
-const { LockBackend, withLock: effectLockWithLock } = (await import(
-  effectLockBuild
-)) as typeof import("../src/index.js")
-const RedisBackend = (await import(effectLockRedisBuild)) as typeof import("../src/RedisBackend.js")
+const { LockBackend, withLock: effectLockWithLock } = (await import(effectLockBuild)) as typeof EffectLock
+const RedisBackend = (await import(effectLockRedisBuild)) as typeof EffectLockRedisBackend
 
 /** Any failure a library reports from `withLock`. */
 export class LockFailure extends Data.TaggedError("LockFailure")<{
@@ -207,8 +207,7 @@ export const redlock: LockLibrary = {
             return abandonable(
               library,
               stragglers,
-              () =>
-                lock.using([key], 30_000, () => (abandoned ? Promise.resolve(undefined) : Effect.runPromise(body))),
+              () => lock.using([key], 30_000, () => (abandoned ? Promise.resolve(undefined) : Effect.runPromise(body))),
               () => Promise.resolve()
             ).pipe(
               Effect.onInterrupt(() => Effect.sync(() => (abandoned = true))),
@@ -234,8 +233,7 @@ export const redisSemaphore: LockLibrary = {
       const redis = yield* plainClient(library, url)
       const stragglers = makeStragglers(library)
       yield* Effect.addFinalizer(() => stragglers.settle)
-      const release = (mutex: Mutex) =>
-        Effect.promise(() => mutex.release().catch(record(library)))
+      const release = (mutex: Mutex) => Effect.promise(() => mutex.release().catch(record(library)))
       return {
         withLock: <A>(key: string, body: Effect.Effect<A>) =>
           Effect.uninterruptibleMask((restore) =>

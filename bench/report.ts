@@ -24,8 +24,7 @@ const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<
     ...rows.map((row) => `| ${row.join(" | ")} |`)
   ].join("\n")
 
-const ok = <A>(outcomes: ReadonlyArray<Outcome<A>>): ReadonlyArray<A> =>
-  outcomes.filter((o): o is A => !isFailed(o))
+const ok = <A>(outcomes: ReadonlyArray<Outcome<A>>): ReadonlyArray<A> => outcomes.filter((o): o is A => !isFailed(o))
 const failedRows = <A>(outcomes: ReadonlyArray<Outcome<A>>, width: number) =>
   outcomes.filter(isFailed).map((f: Failed) => [f.library, `failed: ${f.error}`, ...Array<string>(width - 2).fill("")])
 
@@ -35,8 +34,7 @@ const peers = <A extends { readonly library: string }>(outcomes: ReadonlyArray<O
   ok(outcomes).filter((o) => o.library !== SUBJECT)
 const best = <A>(items: ReadonlyArray<A>, score: (a: A) => number, lowest = false) =>
   items.reduce<A | undefined>(
-    (acc, item) =>
-      acc === undefined || (lowest ? score(item) < score(acc) : score(item) > score(acc)) ? item : acc,
+    (acc, item) => acc === undefined || (lowest ? score(item) < score(acc) : score(item) > score(acc)) ? item : acc,
     undefined
   )
 
@@ -62,7 +60,9 @@ export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
     const floor = raw.floors.map((f) => `${dec(f.serial.latency.p50, 1)} µs ${floorName[f.client]}`).join(", ")
     rows.push({
       target: "Serial p50 ≤ 1.2 × two raw `EVALSHA` round trips",
-      measured: `${dec(serial.latency.p50, 1)} µs vs 2 × ${dec(raw.singleP50 * 1000, 0)} µs (ioredis pair, no library: ${floor})`,
+      measured: `${dec(serial.latency.p50, 1)} µs vs 2 × ${
+        dec(raw.singleP50 * 1000, 0)
+      } µs (ioredis pair, no library: ${floor})`,
       ratio: ratio(r),
       met: r <= 1.2
     })
@@ -87,7 +87,9 @@ export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
     const r = handoff.acquisitionsPerSecond / fastestPeer.acquisitionsPerSecond
     rows.push({
       target: "Hand-off acquisitions/s ≥ 1.5 × best peer",
-      measured: `${int(handoff.acquisitionsPerSecond)} /s vs ${int(fastestPeer.acquisitionsPerSecond)} (${fastestPeer.library})`,
+      measured: `${int(handoff.acquisitionsPerSecond)} /s vs ${
+        int(fastestPeer.acquisitionsPerSecond)
+      } (${fastestPeer.library})`,
       ratio: ratio(r),
       met: r >= 1.5
     })
@@ -137,9 +139,9 @@ export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
   if (reentrant?.redisCommandsDuringLoop !== undefined) {
     rows.push({
       target: "Reentrant acquire makes no Redis call",
-      measured: `${reentrant.redisCommandsDuringLoop} commands in ${int(reentrant.iterations ?? NaN)} nested acquires, ${
-        int(reentrant.nanosPerNested ?? NaN)
-      } ns each`,
+      measured: `${reentrant.redisCommandsDuringLoop} commands in ${
+        int(reentrant.iterations ?? NaN)
+      } nested acquires, ${int(reentrant.nanosPerNested ?? NaN)} ns each`,
       ratio: "",
       met: reentrant.redisCommandsDuringLoop === 0
     })
@@ -156,7 +158,9 @@ export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
     const bestFloor = best(raw.floors, (f) => f.serial.latency.p50, true)
     if (bestFloor !== undefined) {
       lines.push(
-        `Two round trips of the C client \`redis-benchmark\` take ${dec(twoTrips, 0)} µs at the median; a bare ioredis ` +
+        `Two round trips of the C client \`redis-benchmark\` take ${
+          dec(twoTrips, 0)
+        } µs at the median; a bare ioredis ` +
           `acquire + release pair from this Node process takes ${dec(bestFloor.serial.latency.p50, 1)} µs ` +
           `(${ratio(bestFloor.serial.latency.p50 / twoTrips)} as long) before any lock library adds anything.`
       )
@@ -200,18 +204,28 @@ export const renderHeadline = (results: BenchResults): string => {
   if (handoff !== undefined && fastestPeer !== undefined) {
     lines.push(
       `**Hand-off** (16 workers on one key): ${int(handoff.acquisitionsPerSecond)} acquisitions/s, wait p99 ` +
-        `${dec(handoff.wait.p99, 0)} ms, fairness ${dec(handoff.fairness, 2)}; the fastest peer, ${fastestPeer.library}, ` +
+        `${dec(handoff.wait.p99, 0)} ms, fairness ${
+          dec(handoff.fairness, 2)
+        }; the fastest peer, ${fastestPeer.library}, ` +
         `${int(fastestPeer.acquisitionsPerSecond)}/s with wait p99 ${dec(fastestPeer.wait.p99, 0)} ms and fairness ` +
-        `${dec(fastestPeer.fairness, 2)} (${dec(fastestPeer.regrabs * 100, 0)} % of its acquisitions went back to the worker that had just released).`
+        `${dec(fastestPeer.fairness, 2)} (${
+          dec(fastestPeer.regrabs * 100, 0)
+        } % of its acquisitions went back to the worker that had just released).`
     )
   }
   const waiters = subject(results.waiters)
   if (waiters !== undefined) {
     const others = peers(results.waiters)
-      .map((p) => `${p.library} ${dec(p.commandsPerAcquisition, 1)}${p.connectionsWaiting > 2 ? ` (and ${int(p.connectionsWaiting)} connections)` : ""}`)
+      .map((p) =>
+        `${p.library} ${dec(p.commandsPerAcquisition, 1)}${
+          p.connectionsWaiting > 2 ? ` (and ${int(p.connectionsWaiting)} connections)` : ""
+        }`
+      )
       .join(", ")
     lines.push(
-      `**1,000 waiters**: ${waiters.connectionsWaiting} Redis connections and ${dec(waiters.commandsPerAcquisition, 1)} ` +
+      `**1,000 waiters**: ${waiters.connectionsWaiting} Redis connections and ${
+        dec(waiters.commandsPerAcquisition, 1)
+      } ` +
         `commands per acquisition, release included; ${others}.`
     )
   }
@@ -230,14 +244,18 @@ export const renderHeadline = (results: BenchResults): string => {
   if (distinct !== undefined && distinctPeer !== undefined) {
     lines.push(
       `**64 fibers on distinct keys**: ${int(distinct.opsPerSecond)} ops/s, ` +
-        `${ratio(distinct.opsPerSecond / distinctPeer.opsPerSecond)} ${distinctPeer.library}'s ${int(distinctPeer.opsPerSecond)}.`
+        `${ratio(distinct.opsPerSecond / distinctPeer.opsPerSecond)} ${distinctPeer.library}'s ${
+          int(distinctPeer.opsPerSecond)
+        }.`
     )
   }
   const reentrant = subject(results.reentrant)
   if (reentrant?.nanosPerNested !== undefined) {
     lines.push(
       `**Reentrant** nested \`withLock\`: ${dec(reentrant.nanosPerNested / 1000, 1)} µs, ` +
-        `${reentrant.redisCommandsDuringLoop === 0 ? "no" : int(reentrant.redisCommandsDuringLoop ?? NaN)} Redis commands.`
+        `${
+          reentrant.redisCommandsDuringLoop === 0 ? "no" : int(reentrant.redisCommandsDuringLoop ?? NaN)
+        } Redis commands.`
     )
   }
   const rows = targets(results)
@@ -262,7 +280,12 @@ const rawSection = (results: BenchResults) => {
       `${us(raw.singleP50)} (rounds: ${raw.single.map((r) => us(r.p50)).join(", ")})`,
       us(Math.max(...raw.single.map((r) => r.p99)))
     ],
-    ["`redis-benchmark`, 50 clients, `EVALSHA acquire.lua`", int(raw.fifty.requestsPerSecond), us(raw.fifty.p50), us(raw.fifty.p99)],
+    [
+      "`redis-benchmark`, 50 clients, `EVALSHA acquire.lua`",
+      int(raw.fifty.requestsPerSecond),
+      us(raw.fifty.p50),
+      us(raw.fifty.p99)
+    ],
     ...raw.floors.map((f) => [
       `ioredis (${floorName[f.client]}), 1 loop, acquire + release pair`,
       `${int(f.serial.opsPerSecond)} pairs/s`,
@@ -285,7 +308,9 @@ ${table(["Client", "Requests/s", "p50", "p99"], rows)}
 Every call names a random lock out of a million (\`__rand_int__\` with \`-r 1000000\`), so it takes the
 fresh-acquisition path of the script (EXISTS, HINCRBY, PEXPIRE, INCR, GET): the same work as a real
 acquisition with a fencing token, not a busy reply. The 1 s lease keeps the key space small. The
-single-client run is repeated once per serial round (${raw.single.length} runs of ${int(raw.single[0]?.requests ?? NaN)} calls; the
+single-client run is repeated once per serial round (${raw.single.length} runs of ${
+    int(raw.single[0]?.requests ?? NaN)
+  } calls; the
 table gives the median p50), so that the serial target compares numbers taken minutes, not hours,
 apart. The 50-client run shares this machine's ${results.machine.cores} cores with the server, so it is a floor for the
 server's throughput, not a ceiling. The ioredis rows run effect-lock's own acquire and release
@@ -307,7 +332,9 @@ const serialSection = (results: BenchResults) => {
 
 ${table(["Library", "Ops/s", "p50", "p99", "Samples"], [...rows, ...failedRows(results.serial, 5)])}
 
-Each library runs in ${ok(results.serial)[0]?.rounds ?? 0} rounds of 0.8 s (after 0.3 s of warm-up), taking turns with the other
+Each library runs in ${
+    ok(results.serial)[0]?.rounds ?? 0
+  } rounds of 0.8 s (after 0.3 s of warm-up), taking turns with the other
 libraries and the raw references; the table pools the rounds.
 
 One operation is a whole \`withLock\` (or the peer's equivalent) around an empty critical section: acquire,
@@ -321,7 +348,9 @@ const distinctSection = (results: BenchResults) => {
 
 ${table(["Library", "Ops/s", "Failures"], [...rows, ...failedRows(results.distinct, 3)])}
 
-Each library runs in ${ok(results.distinct)[0]?.rounds ?? 0} rounds of 0.9 s (after 0.3 s of warm-up), taking turns with the others.
+Each library runs in ${
+    ok(results.distinct)[0]?.rounds ?? 0
+  } rounds of 0.9 s (after 0.3 s of warm-up), taking turns with the others.
 `
 }
 
@@ -381,7 +410,9 @@ ${int(1000 / (holdMillis(results) ?? NaN))} acquisitions/s, and every worker wai
 from one holder leaving the critical section to the next one entering it: the release, the
 notification or the poll that finds the lock free, and the acquisition; for effect-lock, whose 16
 workers share one process, a single hand-over call that releases and grants at once (with
-${raw2(results)}). *Fairness* is the fewest acquisitions any worker got divided by the most. *Re-grabs* is the share of acquisitions that went to
+${
+    raw2(results)
+  }). *Fairness* is the fewest acquisitions any worker got divided by the most. *Re-grabs* is the share of acquisitions that went to
 the worker that had just released: it came back after its 1 ms outside and found the lock free
 because the others were still sleeping out their poll interval. A polling lock can post a high rate
 that way while most workers starve; the fairness and wait columns show the price. *Overlaps* counts
@@ -448,7 +479,14 @@ const reentrantSection = (results: BenchResults) => {
 
 ${
     table(
-      ["Library", "Reentrant", "Nested acquire", "Loop without it", "Redis commands during the loop", "A nested acquire on the held key"],
+      [
+        "Library",
+        "Reentrant",
+        "Nested acquire",
+        "Loop without it",
+        "Redis commands during the loop",
+        "A nested acquire on the held key"
+      ],
       [...rows, ...failedRows(results.reentrant, 6)]
     )
   }
@@ -465,7 +503,9 @@ nested attempt that gives up after 300 ms.
 
 export const renderMarkdown = (results: BenchResults): string => {
   const m = results.machine
-  const libraryRows = results.libraries.map((l) => [`${l.name} ${l.version}`, l.usage, l.waiting, l.reentrant ? "yes" : "no"])
+  const libraryRows = results.libraries.map((
+    l
+  ) => [`${l.name} ${l.version}`, l.usage, l.waiting, l.reentrant ? "yes" : "no"])
   const problems = [
     ...results.unhandledRejections.map((e) => `- unhandled rejection: ${e}`),
     ...Array.from(new Set(results.backgroundErrors)).slice(0, 20).map((e) => `- ${e}`)
@@ -504,7 +544,13 @@ ${
 
 ## Libraries
 
-${table(["Library", "Used as", "How a waiter learns the lock is free", "Reentrant"], libraryRows, "--- | --- | --- | :---:")}
+${
+    table(
+      ["Library", "Used as", "How a waiter learns the lock is free", "Reentrant"],
+      libraryRows,
+      "--- | --- | --- | :---:"
+    )
+  }
 
 Each library runs in its documented, default configuration (redlock with \`retryCount: -1\` so that it
 waits as long as the others do). Polling intervals are the libraries' own defaults on purpose: that is

@@ -13,11 +13,11 @@
  * keeps its raw results in `.bench-tmp/results.json`; `BENCH_REPORT_ONLY=1` re-renders the docs
  * from that file without measuring anything (for work on the report itself).
  */
-import { spawnSync } from "node:child_process"
-import { cpus, loadavg, totalmem } from "node:os"
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { Cause, Effect } from "effect"
 import type { Exit } from "effect"
+import { spawnSync } from "node:child_process"
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { cpus, loadavg, totalmem } from "node:os"
 import type { LockLibrary } from "./peers.js"
 import { backgroundErrors, libraries } from "./peers.js"
 import { renderHeadline, renderMarkdown, renderTargets } from "./report.js"
@@ -34,10 +34,10 @@ import { reentrant } from "./scenarios/reentrant.js"
 import type { SerialRound } from "./scenarios/serial.js"
 import { combineSerial, SERIAL_ROUNDS, serialRound } from "./scenarios/serial.js"
 import { waiters } from "./scenarios/waiters.js"
-import { renderChart } from "./svg.js"
 import { installCommandCounter } from "./support/commands.js"
 import { openAdmin, startServer } from "./support/redis.js"
 import { now } from "./support/stats.js"
+import { renderChart } from "./svg.js"
 
 const unhandledRejections: Array<string> = []
 process.on("unhandledRejection", (reason) => {
@@ -92,7 +92,8 @@ const machine = (redis: string, loadAtStart: number): Machine => {
 const revision = (): string => {
   const given = process.env["BENCH_REVISION"]
   if (given !== undefined && given !== "") return given
-  const git = (...args: Array<string>) => spawnSync("git", args, { encoding: "utf8", cwd: new URL("..", import.meta.url) })
+  const git = (...args: Array<string>) =>
+    spawnSync("git", args, { encoding: "utf8", cwd: new URL("..", import.meta.url) })
   const head = git("rev-parse", "--short", "HEAD")
   if (head.status !== 0) return "unknown"
   const dirty = git("status", "--porcelain", "--", "src", "lua").stdout.trim() !== ""
@@ -132,7 +133,9 @@ const main = async () => {
   const started = now()
   const measured = revision()
   const loadAtStart = loadavg()[0]!
-  if (loadAtStart > 0.5) log(`load average is ${loadAtStart.toFixed(2)}: other work on this machine will show in the numbers`)
+  if (loadAtStart > 0.5) {
+    log(`load average is ${loadAtStart.toFixed(2)}: other work on this machine will show in the numbers`)
+  }
   installCommandCounter()
   const server = await startServer()
   const admin = await openAdmin(server.url)
@@ -141,7 +144,9 @@ const main = async () => {
 
   const fixed = (n: number, digits = 0) => n.toFixed(digits)
   const failure = (exit: Exit.Exit<unknown, unknown>) =>
-    exit._tag === "Failure" ? (exit.cause._tag === "Fail" ? describeFailure(exit.cause.error) : Cause.pretty(exit.cause)) : ""
+    exit._tag === "Failure"
+      ? (exit.cause._tag === "Fail" ? describeFailure(exit.cause.error) : Cause.pretty(exit.cause))
+      : ""
   const report = (scenario: string, name: string, text: string, started: number) =>
     log(`${scenario.padEnd(9)} ${name.padEnd(24)} ${text}  (${((now() - started) / 1000).toFixed(1)} s)`)
 
@@ -218,19 +223,33 @@ const main = async () => {
       if (!withRaw) return
       await ctx.admin.flushAll()
       singles.push(await Effect.runPromise(redisBenchmark(ctx, sha, 1, Math.round(10_000 * Math.min(1, scale * 2)))))
-      for (const client of floorClients) floorSerial.get(client)!.push(await Effect.runPromise(floorSerialRound(ctx, client)))
+      for (const client of floorClients) {
+        floorSerial.get(client)!.push(await Effect.runPromise(floorSerialRound(ctx, client)))
+      }
     })
-    const serialResults = combine("serial", serialRounds, combineSerial, (r) =>
-      `${fixed(r.opsPerSecond)} ops/s, p50 ${fixed(r.latency.p50, 1)} µs, p99 ${fixed(r.latency.p99, 1)} µs`, t)
+    const serialResults = combine(
+      "serial",
+      serialRounds,
+      combineSerial,
+      (r) => `${fixed(r.opsPerSecond)} ops/s, p50 ${fixed(r.latency.p50, 1)} µs, p99 ${fixed(r.latency.p99, 1)} µs`,
+      t
+    )
 
     t = now()
     const distinctRounds = await inRounds("distinct", DISTINCT_ROUNDS, distinctRound, async () => {
       if (!withRaw) return
       await ctx.admin.flushAll()
-      for (const client of floorClients) floorDistinct.get(client)!.push(await Effect.runPromise(floorDistinctRound(ctx, client)))
+      for (const client of floorClients) {
+        floorDistinct.get(client)!.push(await Effect.runPromise(floorDistinctRound(ctx, client)))
+      }
     })
-    const distinctResults = combine("distinct", distinctRounds, combineDistinct, (r) =>
-      `${fixed(r.opsPerSecond)} ops/s (${r.failures} failures)`, t)
+    const distinctResults = combine(
+      "distinct",
+      distinctRounds,
+      combineDistinct,
+      (r) => `${fixed(r.opsPerSecond)} ops/s (${r.failures} failures)`,
+      t
+    )
 
     let rawOutcome: BenchResults["raw"]
     if (withRaw) {
@@ -265,22 +284,36 @@ const main = async () => {
       if (isFailed(rawOutcome)) log(`raw       FAILED: ${rawOutcome.error}`)
       else {
         const r = rawOutcome
-        log(`raw       redis-benchmark 1 client p50 ${fixed(r.singleP50 * 1000)} µs (rounds: ${
-          r.single.map((s) => fixed(s.p50 * 1000)).join(", ")
-        }), 50 clients ${fixed(r.fifty.requestsPerSecond)}/s; ioredis pair ${
-          r.floors.map((f) => `${f.client}: p50 ${fixed(f.serial.latency.p50, 1)} µs, 64 loops ${fixed(f.distinctOpsPerSecond)}/s`).join("; ")
-        }`)
+        log(
+          `raw       redis-benchmark 1 client p50 ${fixed(r.singleP50 * 1000)} µs (rounds: ${
+            r.single.map((s) => fixed(s.p50 * 1000)).join(", ")
+          }), 50 clients ${fixed(r.fifty.requestsPerSecond)}/s; ioredis pair ${
+            r.floors.map((f) =>
+              `${f.client}: p50 ${fixed(f.serial.latency.p50, 1)} µs, 64 loops ${fixed(f.distinctOpsPerSecond)}/s`
+            ).join("; ")
+          }`
+        )
       }
     }
 
-    const handoffResults = await each("handoff", handoff, (r) =>
-      `${fixed(r.acquisitionsPerSecond)} acq/s, wait p50 ${fixed(r.wait.p50, 1)} ms p99 ${
-        fixed(r.wait.p99, 1)
-      } ms, gap p50 ${fixed(r.gap.p50)} µs, fairness ${fixed(r.fairness, 2)}, re-grabs ${fixed(r.regrabs * 100)} %, overlaps ${r.overlaps}`)
-    const waitersResults = await each("waiters", waiters, (r) =>
-      `${r.connectionsWaiting} conns, ${fixed(r.commandsPerAcquisition, 2)} cmds/acq, drain ${
-        fixed(r.drainSeconds, 2)
-      } s${r.capped ? " (capped)" : ""}, heap ${fixed(r.heapDeltaBytes / 2 ** 20, 1)} MiB`)
+    const handoffResults = await each(
+      "handoff",
+      handoff,
+      (r) =>
+        `${fixed(r.acquisitionsPerSecond)} acq/s, wait p50 ${fixed(r.wait.p50, 1)} ms p99 ${
+          fixed(r.wait.p99, 1)
+        } ms, gap p50 ${fixed(r.gap.p50)} µs, fairness ${fixed(r.fairness, 2)}, re-grabs ${
+          fixed(r.regrabs * 100)
+        } %, overlaps ${r.overlaps}`
+    )
+    const waitersResults = await each(
+      "waiters",
+      waiters,
+      (r) =>
+        `${r.connectionsWaiting} conns, ${fixed(r.commandsPerAcquisition, 2)} cmds/acq, drain ${
+          fixed(r.drainSeconds, 2)
+        } s${r.capped ? " (capped)" : ""}, heap ${fixed(r.heapDeltaBytes / 2 ** 20, 1)} MiB`
+    )
     const reentrantResults = await each("reentrant", reentrant, (r) =>
       r.reentrant
         ? `${fixed(r.nanosPerNested ?? NaN)} ns/nested, ${r.redisCommandsDuringLoop} redis commands`
@@ -333,7 +366,6 @@ const reportOnly = () => {
   process.stdout.write(`${renderTargets(results)}\n`)
   writeDocs(results)
 }
-
 ;(process.env["BENCH_REPORT_ONLY"] === "1" ? Promise.resolve().then(reportOnly) : main()).then(
   // Peers leave timers behind (redis-semaphore's refresh interval is unref'd, but not every
   // library is as careful): exit rather than wait for them.

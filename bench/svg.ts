@@ -40,7 +40,11 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
     outcomes: ReadonlyArray<A | { readonly library: string; readonly error: string }>,
     value: (a: A) => number
   ): Array<Bar> =>
-    outcomes.filter((o): o is A => !("error" in o)).map((o) => ({ label: o.library, value: value(o), kind: kindOf(o.library) }))
+    outcomes.filter((o): o is A => !("error" in o)).map((o) => ({
+      label: o.library,
+      value: value(o),
+      kind: kindOf(o.library)
+    }))
   const result: Array<Panel> = []
   if (results.handoff.length > 0) {
     result.push({
@@ -96,7 +100,9 @@ export const renderChart = (results: BenchResults): string => {
     for (const bar of panel.bars) {
       const length = Math.max(1, (bar.value / max) * span)
       parts.push(
-        `<text x="${LABEL_WIDTH - 8}" y="${y + BAR_HEIGHT - 5}" class="label" text-anchor="end">${escape(bar.label)}</text>`,
+        `<text x="${LABEL_WIDTH - 8}" y="${y + BAR_HEIGHT - 5}" class="label" text-anchor="end">${
+          escape(bar.label)
+        }</text>`,
         `<rect x="${LABEL_WIDTH}" y="${y}" width="${length.toFixed(1)}" height="${BAR_HEIGHT}" rx="2" fill="${
           COLORS[bar.kind]
         }"/>`,
@@ -108,9 +114,10 @@ export const renderChart = (results: BenchResults): string => {
     }
     y += PANEL_GAP
   }
-  const footer = `${results.machine.cpu}, ${results.machine.cores} cores · Node ${results.machine.node} · Redis ${results.machine.redis} · ${
-    results.date.slice(0, 10)
-  } · npm run bench`
+  const footer =
+    `${results.machine.cpu}, ${results.machine.cores} cores · Node ${results.machine.node} · Redis ${results.machine.redis} · ${
+      results.date.slice(0, 10)
+    } · npm run bench`
   parts.push(`<text x="0" y="${y + 4}" class="footer">${escape(footer)}</text>`)
   const height = y + 16
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" role="img" aria-label="effect-lock benchmarks">

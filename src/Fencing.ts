@@ -133,7 +133,9 @@ export const redisSet = (
       (reply) => {
         const decoded = fencedSet.decode(reply)
         resume(
-          decoded === undefined ? Effect.fail(unexpectedReply("fenced-set", options.key, reply)) : Effect.succeed(decoded)
+          decoded === undefined
+            ? Effect.fail(unexpectedReply("fenced-set", options.key, reply))
+            : Effect.succeed(decoded)
         )
       },
       (cause) => resume(Effect.fail(redisError("fenced-set", options.key, cause)))

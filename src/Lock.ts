@@ -18,9 +18,6 @@
  */
 import type { Scope } from "effect"
 import { Effect, FiberRef, Option } from "effect"
-import { LockBackend } from "./LockBackend.js"
-import type { LockInfo } from "./LockBackend.js"
-import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "./LockError.js"
 import type { Program } from "./internal/lock/enter.js"
 import { enterScoped, once, runLocked, waiting } from "./internal/lock/enter.js"
 import type { Lease } from "./internal/lock/lease.js"
@@ -29,6 +26,9 @@ import type { BusyInfo, LockOptions } from "./internal/lock/options.js"
 import { resolveOptions, validateKey } from "./internal/lock/options.js"
 import { currentRegion, findKey } from "./internal/lock/region.js"
 import { withSpan } from "./internal/tracing.js"
+import { LockBackend } from "./LockBackend.js"
+import type { LockInfo } from "./LockBackend.js"
+import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "./LockError.js"
 
 export type {
   /**
@@ -64,7 +64,8 @@ export type {
  */
 export type WithLockError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
 
-const validate = (key: string, options: LockOptions | undefined) => Effect.zip(validateKey(key), resolveOptions(options))
+const validate = (key: string, options: LockOptions | undefined) =>
+  Effect.zip(validateKey(key), resolveOptions(options))
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
@@ -75,7 +76,8 @@ const withLockImpl = <A, E, R>(
 ): Effect.Effect<A, E | WithLockError, R | LockBackend> =>
   Effect.flatMap(
     validate(key, options),
-    ([key, resolved]) => runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>
+    ([key, resolved]) =>
+      runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>
   )
 
 /**
@@ -145,8 +147,11 @@ export const withLockIfAvailable: {
   ) => Effect.Effect<Option.Option<A>, E | Exclude<WithLockError, LockTimeoutError>, R | LockBackend>
 } = function(...args: ReadonlyArray<unknown>) {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
-    Effect.flatMap(validate(args[0] as string, options), ([key, resolved]) =>
-      Effect.map(runLocked(key, resolved, once, someOf(program)), (result) => result ?? Option.none()))
+    Effect.flatMap(
+      validate(args[0] as string, options),
+      ([key, resolved]) =>
+        Effect.map(runLocked(key, resolved, once, someOf(program)), (result) => result ?? Option.none())
+    )
   if (isProgram(args[1])) {
     return run(args[1] as Program<unknown, unknown, unknown>, args[2] as LockOptions | undefined)
   }
@@ -178,8 +183,10 @@ export const acquire = (
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Lease, LockTimeoutError | LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    Effect.map(enterScoped(key, resolved, waiting), (lease) => lease!))
+  Effect.flatMap(
+    validate(key, options),
+    ([key, resolved]) => enterScoped(key, resolved, waiting)
+  )
 
 /**
  * One attempt to acquire `key` for the rest of the current scope; `None` when it is busy.
@@ -191,8 +198,10 @@ export const tryAcquire = (
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Option.Option<Lease>, LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(validate(key, options), ([key, resolved]) =>
-    Effect.map(enterScoped(key, resolved, once), Option.fromNullable))
+  Effect.flatMap(
+    validate(key, options),
+    ([key, resolved]) => Effect.map(enterScoped(key, resolved, once), Option.fromNullable)
+  )
 
 /**
  * The lease the current fiber may reenter on `key`, if any: the innermost hold of its region on
@@ -236,6 +245,12 @@ export const inspect = (
  * @category admin
  */
 export const forceUnlock = (key: string): Effect.Effect<boolean, LockBackendError | LockOptionsError, LockBackend> =>
-  Effect.flatMap(validateKey(key), (key) =>
-    Effect.flatMap(LockBackend, (backend) =>
-      backend.primitives.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))))
+  Effect.flatMap(
+    validateKey(key),
+    (key) =>
+      Effect.flatMap(
+        LockBackend,
+        (backend) =>
+          backend.primitives.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))
+      )
+  )

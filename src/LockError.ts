@@ -129,7 +129,11 @@ export class LockBackendError extends Schema.TaggedError<LockBackendError>()("Lo
 }) {
   override get message(): string {
     const key = this.key === undefined ? "" : ` on "${this.key}"`
-    const cause = this.cause instanceof Error ? `: ${this.cause.message}` : this.cause === undefined ? "" : `: ${String(this.cause)}`
+    const cause = this.cause instanceof Error
+      ? `: ${this.cause.message}`
+      : this.cause === undefined
+      ? ""
+      : `: ${String(this.cause)}`
     return `${this.backend} backend failed to ${operationText[this.operation]}${key}${cause}`
   }
 }

@@ -14,6 +14,8 @@
  */
 import type { Scope } from "effect"
 import { Effect, Layer, Option, Queue } from "effect"
+import { backendOf } from "./internal/backend/make.js"
+import { nowMillis } from "./internal/time.js"
 import type {
   AcquireResult,
   HandOverResult,
@@ -26,8 +28,6 @@ import type {
   RenewResult
 } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
-import { backendOf } from "./internal/backend/make.js"
-import { nowMillis } from "./internal/time.js"
 
 interface Entry {
   /** owner -> hold count */

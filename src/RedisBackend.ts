@@ -14,10 +14,6 @@ import type { Redacted, Scope } from "effect"
 import { Config, Duration, Effect, Layer, Option } from "effect"
 import type { ConfigError } from "effect/ConfigError"
 import type { Redis, RedisOptions } from "ioredis"
-import type { LockBackendShape, LockPrimitives, LockRequest, ReleaseResult } from "./LockBackend.js"
-import { LockBackend } from "./LockBackend.js"
-import type { LockBackendError } from "./LockError.js"
-import { LockOptionsError } from "./LockError.js"
 import { makeCommands } from "./internal/redis/commands.js"
 import { openConnections } from "./internal/redis/connection.js"
 import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
@@ -25,6 +21,10 @@ import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { loadScripts } from "./internal/redis/scripts.js"
 import { makeSubscriptions } from "./internal/redis/subscriptions.js"
+import type { LockBackendShape, LockPrimitives, LockRequest, ReleaseResult } from "./LockBackend.js"
+import { LockBackend } from "./LockBackend.js"
+import type { LockBackendError } from "./LockError.js"
+import { LockOptionsError } from "./LockError.js"
 
 /**
  * How to reach Redis.
@@ -139,7 +139,13 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       renew: (requests) =>
         requests.length === 0
           ? Effect.succeed([])
-          : call("renew", requests[0]?.key ?? "", scripts.renew, requests.map((r) => layout.keysOf(r.key).lock), requests),
+          : call(
+            "renew",
+            requests[0]?.key ?? "",
+            scripts.renew,
+            requests.map((r) => layout.keysOf(r.key).lock),
+            requests
+          ),
       release,
       handOver,
       forceRelease: (key) => call("force-release", key, scripts.forceRelease, layout.keysOf(key)),
@@ -168,8 +174,10 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
 export const make = (
   options: RedisBackendOptions = {}
 ): Effect.Effect<LockBackendShape, LockBackendError | LockOptionsError, Scope.Scope> =>
-  Effect.flatMap(validateCommandTimeout(options.commandTimeout), (commandTimeout) =>
-    Effect.flatMap(makePrimitives(options, commandTimeout), LockBackend.make))
+  Effect.flatMap(
+    validateCommandTimeout(options.commandTimeout),
+    (commandTimeout) => Effect.flatMap(makePrimitives(options, commandTimeout), LockBackend.make)
+  )
 
 /**
  * A layer providing a Redis `LockBackend`. The connections live as long as the layer.

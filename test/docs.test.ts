@@ -7,13 +7,7 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { describe, expect, it } from "vitest"
-import {
-  allBlocks,
-  blockFileName,
-  comparableOutput,
-  usesRedis,
-  writeBlockFiles
-} from "../scripts/docBlocks.js"
+import { allBlocks, blockFileName, comparableOutput, usesRedis, writeBlockFiles } from "../scripts/docBlocks.js"
 
 const run = promisify(execFile)
 const root = resolve(fileURLToPath(import.meta.url), "..", "..")

@@ -39,7 +39,10 @@ describe("leases are whole milliseconds inside PEXPIRE's range", () => {
       assert.strictEqual(wait.field, "wait")
       assert.deepStrictEqual(t.calls, { tryAcquire: 0, renew: 0, release: 0, subscribe: 0 })
       // The largest lease is accepted.
-      assert.strictEqual(yield* withLock("k", Effect.succeed(1), { lease: 2 ** 31 - 1 }).pipe(Effect.provide(t.layer)), 1)
+      assert.strictEqual(
+        yield* withLock("k", Effect.succeed(1), { lease: 2 ** 31 - 1 }).pipe(Effect.provide(t.layer)),
+        1
+      )
     }))
 })
 
@@ -62,7 +65,10 @@ describe("a renew period that validation accepts never loses a healthy lock", ()
         assert.strictEqual(error.field, "lease")
         assert.match(error.reason, /renew: false/)
       }
-      assert.strictEqual(yield* withLock("k", Effect.succeed("ok"), { lease: 4, renew: false }).pipe(Effect.provide(t.layer)), "ok")
+      assert.strictEqual(
+        yield* withLock("k", Effect.succeed("ok"), { lease: 4, renew: false }).pipe(Effect.provide(t.layer)),
+        "ok"
+      )
     }))
 
   it.scoped("every accepted lease, at the default period and at the longest, holds through twenty leases", () =>
@@ -99,7 +105,9 @@ describe("a waiter interrupted as a release hands it the lock", () => {
         const holder = yield* Effect.fork(withLock("k", Deferred.await(done)).pipe(Effect.provide(t.layer)))
         yield* settle
         let entered = false
-        const waiter = yield* Effect.fork(withLock("k", Effect.sync(() => entered = true)).pipe(Effect.provide(t.layer)))
+        const waiter = yield* Effect.fork(
+          withLock("k", Effect.sync(() => entered = true)).pipe(Effect.provide(t.layer))
+        )
         yield* settle
         yield* Deferred.succeed(done, void 0)
         yield* Effect.repeatN(Effect.yieldNow(), gap - 1)
@@ -136,7 +144,11 @@ describe("lease.guard after the release", () => {
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const outer = yield* Scope.make()
-      const lease = yield* Effect.scoped(Lock.acquire("k")).pipe(Effect.provide(t.layer), Effect.forkIn(outer), Effect.flatMap(Fiber.join))
+      const lease = yield* Effect.scoped(Lock.acquire("k")).pipe(
+        Effect.provide(t.layer),
+        Effect.forkIn(outer),
+        Effect.flatMap(Fiber.join)
+      )
       assert.isFalse(yield* lease.isHeld)
       const inner = yield* Scope.make()
       const held = yield* Lock.acquire("j").pipe(Scope.extend(inner), Effect.provide(t.layer))
@@ -174,13 +186,24 @@ describe("programs", () => {
       assert.strictEqual(value, 42)
       const piped = yield* Answer.pipe(Lock.withLock("k"), Effect.provide(t.layer), Effect.provideService(Answer, 7))
       assert.strictEqual(piped, 7)
-      const maybe = yield* Lock.withLockIfAvailable("k", Answer).pipe(Effect.provide(t.layer), Effect.provideService(Answer, 1))
+      const maybe = yield* Lock.withLockIfAvailable("k", Answer).pipe(
+        Effect.provide(t.layer),
+        Effect.provideService(Answer, 1)
+      )
       assert.deepStrictEqual(maybe, Option.some(1))
     }))
 
   it("LockBackendError.operation is a closed union of names", () => {
     expectTypeOf<LockBackendError["operation"]>().toEqualTypeOf<
-      "connect" | "load-scripts" | "acquire" | "renew" | "release" | "force-release" | "inspect" | "subscribe" | "fenced-set"
+      | "connect"
+      | "load-scripts"
+      | "acquire"
+      | "renew"
+      | "release"
+      | "force-release"
+      | "inspect"
+      | "subscribe"
+      | "fenced-set"
     >()
   })
 })

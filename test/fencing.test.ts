@@ -63,7 +63,9 @@ describe.skipIf(skip)("Fencing.redisSet on a real redis-server", () => {
       const big = 2n ** 62n
       yield* Fencing.redisSet(redis, { key: "big", value: "a", token: big + 1n, fenceKey: "big:fence" })
       yield* Effect.promise(() => redis.script("FLUSH"))
-      const refused = yield* Effect.flip(Fencing.redisSet(redis, { key: "big", value: "b", token: big, fenceKey: "big:fence" }))
+      const refused = yield* Effect.flip(
+        Fencing.redisSet(redis, { key: "big", value: "b", token: big, fenceKey: "big:fence" })
+      )
       assert.strictEqual(refused._tag, "FencingTokenRejectedError")
       yield* Fencing.redisSet(redis, { key: "big", value: "c", token: big + 10n, fenceKey: "big:fence" })
       assert.strictEqual(yield* Effect.promise(() => redis.get("big")), "c")

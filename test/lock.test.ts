@@ -92,7 +92,11 @@ describe("acquire and wait (§2.1)", () => {
       yield* occupy(t, "k", 3_600_000)
       const fibers: Array<Fiber.RuntimeFiber<void, unknown>> = []
       for (let i = 0; i < 3; i++) {
-        fibers.push(yield* Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))))
+        fibers.push(
+          yield* Effect.fork(
+            withLock("k", Effect.void, { retry: Schedule.spaced("1 hour") }).pipe(Effect.provide(t.layer))
+          )
+        )
         yield* settle
       }
       const attemptsBefore = t.calls.tryAcquire
@@ -123,7 +127,8 @@ describe("acquire and wait (§2.1)", () => {
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       yield* occupy(t, "k", 3_600_000)
-      const waiter = () => Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer)))
+      const waiter = () =>
+        Effect.fork(withLock("k", Effect.void, { retry: Schedule.spaced("100 millis") }).pipe(Effect.provide(t.layer)))
       const head = yield* waiter()
       yield* settle
       const others = [yield* waiter(), yield* waiter()]
@@ -323,7 +328,11 @@ describe("reentrancy and owners (§2.2)", () => {
               }))
           ),
           { concurrency: "unbounded" }
-        ).pipe(Effect.fork, Effect.tap(() => Effect.zipRight(settle, TestClock.adjust(100))), Effect.flatMap(Fiber.join))).pipe(
+        ).pipe(
+          Effect.fork,
+          Effect.tap(() => Effect.zipRight(settle, TestClock.adjust(100))),
+          Effect.flatMap(Fiber.join)
+        )).pipe(
           Effect.provide(t.layer)
         )
       assert.strictEqual(maxInside, 1, "never two siblings inside at once")
@@ -352,7 +361,8 @@ describe("reentrancy and owners (§2.2)", () => {
       const a = yield* makeInstrumented
       const b = yield* makeInstrumented
       yield* occupy(b, "k", 60_000)
-      const error = yield* withLock("k", () => Effect.flip(withLock("k", Effect.void, { wait: 0 }).pipe(Effect.provide(b.layer))))
+      const error = yield* withLock("k", () =>
+        Effect.flip(withLock("k", Effect.void, { wait: 0 }).pipe(Effect.provide(b.layer))))
         .pipe(Effect.provide(a.layer))
       assert.strictEqual(error._tag, "LockTimeoutError", "k on B is held by someone else: the nested withLock waits")
       assert.strictEqual(b.calls.tryAcquire, 1, "B was asked")
@@ -363,7 +373,9 @@ describe("lease and watchdog (§2.3)", () => {
   it.scoped("the watchdog renews every lease/3 and dies with the scope", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      const fiber = yield* Effect.fork(withLock("k", Effect.sleep(10_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer)))
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.sleep(10_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer))
+      )
       yield* settle
       assert.strictEqual(yield* activeWatchdogs, 1)
       for (let i = 1; i <= 9; i++) {
@@ -541,7 +553,8 @@ describe("fencing (§2.6)", () => {
   it.scoped("tokens strictly increase per key and survive expiry; keys count separately", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented
-      const token = (key: string) => withLock(key, (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(t.layer))
+      const token = (key: string) =>
+        withLock(key, (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(t.layer))
       const a1 = yield* token("a")
       const a2 = yield* token("a")
       yield* occupy(t, "a", 100)

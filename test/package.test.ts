@@ -29,7 +29,9 @@ const run = async (command: string, args: ReadonlyArray<string>, cwd: string) =>
     return await exec(command, args, { cwd, encoding: "utf8", maxBuffer: 32 * 1024 * 1024 })
   } catch (error) {
     const e = error as { stdout?: string; stderr?: string; message: string }
-    throw new Error(`${command} ${args.join(" ")} failed in ${cwd}:\n${e.stdout ?? ""}\n${e.stderr ?? ""}\n${e.message}`)
+    throw new Error(
+      `${command} ${args.join(" ")} failed in ${cwd}:\n${e.stdout ?? ""}\n${e.stderr ?? ""}\n${e.message}`
+    )
   }
 }
 
@@ -119,7 +121,11 @@ describe("the npm package", () => {
     // 2. pack (already built, so skip the prepack build)
     const packDir = join(work, "pack")
     await mkdir(packDir)
-    const { stdout: packed } = await run(npm, ["pack", "--ignore-scripts", "--json", "--pack-destination", packDir], root)
+    const { stdout: packed } = await run(
+      npm,
+      ["pack", "--ignore-scripts", "--json", "--pack-destination", packDir],
+      root
+    )
     const [info] = JSON.parse(packed) as Array<{ filename: string; files: Array<{ path: string }> }>
     const files = info!.files.map((f) => f.path)
     expect(files).toEqual(expect.arrayContaining(["package.json", "README.md", "dist/index.js", "dist/index.d.ts"]))
@@ -170,14 +176,19 @@ export const wrong: Effect.Effect<number, LockTimeoutError | LockBackendError | 
   Effect.scoped(withLock("k", Effect.succeed(1))).pipe(Effect.provide(MemoryBackend.layer))
 `
     )
-    const failed = await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app).then(() => "", (e: Error) => e.message)
+    const failed = await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app).then(
+      () => "",
+      (e: Error) => e.message
+    )
     expect(failed).toMatch(/LockLostError/)
     rmSync(join(app, "src", "wrong.ts"))
 
     // 5. compile and run the JavaScript
     await run(process.execPath, [tsc, "-p", "."], app)
     const { stdout } = await run(process.execPath, [join("dist", "main.js")], app)
-    expect(stdout.trim()).toBe("value=42 token=1 piped=piped free=free includes=true timeout=wait-elapsed subpaths=true")
+    expect(stdout.trim()).toBe(
+      "value=42 token=1 piped=piped free=free includes=true timeout=wait-elapsed subpaths=true"
+    )
 
     // 6. the exports map: the package root resolves (all of it, without ioredis), internals do not
     const probe = `
@@ -199,14 +210,26 @@ export const wrong: Effect.Effect<number, LockTimeoutError | LockBackendError | 
 
     // 7. with ioredis installed, a Redis program type-checks against the subpath, libraries included
     writeFileSync(join(app, "src", "redis.ts"), redisSource)
-    const withoutIoredis = await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app).then(() => "", (e: Error) => e.message)
+    const withoutIoredis = await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app).then(
+      () => "",
+      (e: Error) => e.message
+    )
     expect(withoutIoredis).toMatch(/ioredis/)
     const ioredisRange = rootPackage.devDependencies["ioredis"] ?? "^5.4.0"
     const nodeTypesRange = rootPackage.devDependencies["@types/node"] ?? "^20.0.0"
     // ioredis' declarations name Node's modules, as any Node project's do: its users have @types/node.
-    await run(npm, ["install", "--no-audit", "--no-fund", `ioredis@${ioredisRange}`, `@types/node@${nodeTypesRange}`], app)
-    const tsconfig = JSON.parse(readFileSync(join(app, "tsconfig.json"), "utf8")) as { compilerOptions: Record<string, unknown> }
-    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ ...tsconfig, compilerOptions: { ...tsconfig.compilerOptions, types: ["node"] } }))
+    await run(
+      npm,
+      ["install", "--no-audit", "--no-fund", `ioredis@${ioredisRange}`, `@types/node@${nodeTypesRange}`],
+      app
+    )
+    const tsconfig = JSON.parse(readFileSync(join(app, "tsconfig.json"), "utf8")) as {
+      compilerOptions: Record<string, unknown>
+    }
+    writeFileSync(
+      join(app, "tsconfig.json"),
+      JSON.stringify({ ...tsconfig, compilerOptions: { ...tsconfig.compilerOptions, types: ["node"] } })
+    )
     await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app)
   }, 180_000)
 })

@@ -75,7 +75,8 @@ describe("properties of the lock under random schedules", () => {
             : Effect.forkDaemon(Effect.zipRight(Effect.sleep(plan.interruptAt), Fiber.interrupt(fibers[index]!))))
 
         // Bound: everybody ahead of a fiber holds at most its hold time (or, stalled, its lease).
-        const bound = plans.reduce((sum, p) => sum + p.startAt + Math.max(p.holdFor, p.leaseMillis) + STEP_MILLIS, 0) +
+        const bound = plans.reduce((sum, p) =>
+          sum + p.startAt + Math.max(p.holdFor, p.leaseMillis) + STEP_MILLIS, 0) +
           6_000
         let elapsed = 0
         while (elapsed <= bound) {
@@ -99,7 +100,9 @@ describe("properties of the lock under random schedules", () => {
           const exit = exits[index]!
           if (!plan.stall && Option.isSome(exit) && Exit.isFailure(exit.value)) {
             const failure = exit.value.cause
-            if (failure._tag === "Fail") violations.push(`fiber ${index} (not stalled) failed with ${String(failure.error)}`)
+            if (failure._tag === "Fail") {
+              violations.push(`fiber ${index} (not stalled) failed with ${String(failure.error)}`)
+            }
           }
         })
 

@@ -4,9 +4,9 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Option, TestClock } from "effect"
-import type { LockRequest } from "../src/LockBackend.js"
 import type { HandedOver } from "../src/internal/waiting/waiterQueue.js"
 import { makeWaiterQueue } from "../src/internal/waiting/waiterQueue.js"
+import type { LockRequest } from "../src/LockBackend.js"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
 const request = (owner: string): LockRequest => ({ key: "k", owner, leaseMillis: 1_000, fencing: true })

@@ -17,8 +17,10 @@ describe("watchdog", () => {
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       const leases = [300, 600, 900, 1_200, 3_000]
-      const fibers = yield* Effect.forEach(leases, (lease) =>
-        Effect.fork(withLock(`k${lease}`, Effect.sleep(3_000), { lease }).pipe(Effect.provide(t.layer))))
+      const fibers = yield* Effect.forEach(
+        leases,
+        (lease) => Effect.fork(withLock(`k${lease}`, Effect.sleep(3_000), { lease }).pipe(Effect.provide(t.layer)))
+      )
       yield* settle
       assert.strictEqual(yield* activeWatchdogs, leases.length)
       for (let i = 0; i < 30; i++) {
@@ -32,7 +34,10 @@ describe("watchdog", () => {
         const period = Math.floor(lease / 3)
         const fewest = Math.floor(3_000 / period) - 1
         const most = Math.ceil(3_000 / (period - period / 8))
-        assert.isTrue(count >= fewest && count <= most, `lease ${lease}: ${count} renewals, expected ${fewest}..${most}`)
+        assert.isTrue(
+          count >= fewest && count <= most,
+          `lease ${lease}: ${count} renewals, expected ${fewest}..${most}`
+        )
       }
       assert.strictEqual(yield* activeWatchdogs, 0)
       const total = t.calls.renew

@@ -66,8 +66,11 @@ export const concurrentLoops = <E>(
   })
 
 export const distinctRound = (ctx: BenchContext, library: LockLibrary) =>
-  withClient(ctx, library, (client) =>
-    concurrentLoops(ctx, FIBERS, (i) => client.withLock(`bench:distinct:${i}`, Effect.void)))
+  withClient(
+    ctx,
+    library,
+    (client) => concurrentLoops(ctx, FIBERS, (i) => client.withLock(`bench:distinct:${i}`, Effect.void))
+  )
 
 export const combineDistinct = (library: string, rounds: ReadonlyArray<DistinctRound>): DistinctResult => {
   const ops = rounds.reduce((total, round) => total + round.ops, 0)

@@ -14,11 +14,11 @@
  * options and on one with auto-pipelining on (as effect-lock's command connection has it). It
  * separates what Node and ioredis cost from what a lock library adds.
  */
+import { Effect } from "effect"
+import { Redis } from "ioredis"
 import { spawn } from "node:child_process"
 import { createHash } from "node:crypto"
 import { readFileSync } from "node:fs"
-import { Effect } from "effect"
-import { Redis } from "ioredis"
 import type { Summary } from "../support/stats.js"
 import type { BenchContext } from "./common.js"
 import { window } from "./common.js"
@@ -132,11 +132,14 @@ const floorClient = (ctx: BenchContext, client: FloorClient) =>
 
 export const floorSerialRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<SerialRound> =>
   Effect.scoped(
-    Effect.flatMap(floorClient(ctx, client), ({ pair }) => timeLoop(pair("bench:floor"), window(ctx, 300), window(ctx, 800)))
+    Effect.flatMap(floorClient(ctx, client), ({ pair }) =>
+      timeLoop(pair("bench:floor"), window(ctx, 300), window(ctx, 800)))
   )
 
 export const floorDistinctRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<DistinctRound> =>
-  Effect.scoped(Effect.flatMap(floorClient(ctx, client), ({ pair }) => concurrentLoops(ctx, 64, (i) => pair(`bench:floor:${i}`))))
+  Effect.scoped(
+    Effect.flatMap(floorClient(ctx, client), ({ pair }) => concurrentLoops(ctx, 64, (i) => pair(`bench:floor:${i}`)))
+  )
 
 export const median = (values: ReadonlyArray<number>): number => {
   const sorted = [...values].sort((a, b) => a - b)

@@ -41,7 +41,9 @@ export const reentrant = (ctx: BenchContext, library: LockLibrary) =>
         Effect.as("entered at once"),
         Effect.catchTag("TimeoutException", () =>
           Effect.succeed(`still waiting after ${NESTED_PATIENCE_MS} ms (self-deadlock), gave up`)),
-        Effect.catchAll((error) => Effect.succeed(`failed: ${String(error)}`))
+        Effect.catchAll((error) =>
+          Effect.succeed(`failed: ${String(error)}`)
+        )
       )
       if (!library.reentrant) {
         const nestedOutcome = yield* client.withLock(key, nested)

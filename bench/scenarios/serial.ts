@@ -66,5 +66,11 @@ export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
 export const combineSerial = (library: string, rounds: ReadonlyArray<SerialRound>): SerialResult => {
   const samples = rounds.flatMap((round) => round.samples)
   const seconds = rounds.reduce((total, round) => total + round.seconds, 0)
-  return { library, opsPerSecond: samples.length / seconds, latency: summarize(samples), seconds, rounds: rounds.length }
+  return {
+    library,
+    opsPerSecond: samples.length / seconds,
+    latency: summarize(samples),
+    seconds,
+    rounds: rounds.length
+  }
 }

@@ -95,9 +95,11 @@ export const waiters = (ctx: BenchContext, library: LockLibrary) =>
       const fibers = yield* Effect.forEach(
         Array.from({ length: WAITERS }, (_, i) => i),
         () =>
-          Effect.fork(client.withLock(key, body).pipe(
-            Effect.catchAll((error) => Effect.sync(() => failures.push(describeFailure(error))))
-          ))
+          Effect.fork(
+            client.withLock(key, body).pipe(
+              Effect.catchAll((error) => Effect.sync(() => failures.push(describeFailure(error))))
+            )
+          )
       )
 
       // Let the waiters settle into waiting, then look.
@@ -118,7 +120,9 @@ export const waiters = (ctx: BenchContext, library: LockLibrary) =>
 
       const released = now()
       yield* Deferred.succeed(letGo, undefined)
-      yield* Fiber.join(holder).pipe(Effect.catchAll((error) => Effect.sync(() => failures.push(describeFailure(error)))))
+      yield* Fiber.join(holder).pipe(
+        Effect.catchAll((error) => Effect.sync(() => failures.push(describeFailure(error))))
+      )
       const capAt = released + window(ctx, DRAIN_CAP_MS)
       let maxConnections = connectionsWaiting
       while (acquired + failures.length < WAITERS && now() < capAt) {

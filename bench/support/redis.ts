@@ -6,8 +6,8 @@
  * it uses that server, but only on a loopback address: the bench runs `FLUSHALL` and
  * `CONFIG RESETSTAT` between runs, which must never reach a shared server.
  */
-import { spawnSync } from "node:child_process"
 import { Redis } from "ioredis"
+import { spawnSync } from "node:child_process"
 import { startRedisServer } from "../../test/support/redisServer.js"
 
 export interface BenchServer {

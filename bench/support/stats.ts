@@ -1,6 +1,6 @@
 /** Timing, percentiles and process-memory helpers for the scenarios. */
-import { runInNewContext } from "node:vm"
 import { setFlagsFromString } from "node:v8"
+import { runInNewContext } from "node:vm"
 
 /** Milliseconds from an arbitrary origin, microsecond resolution. */
 export const now = (): number => performance.now()

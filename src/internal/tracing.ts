@@ -7,9 +7,10 @@ import { Effect } from "effect"
 
 const builtInTracer = Effect.runSync(Effect.tracer)
 
-export const withSpan = (name: string, attributes: Record<string, unknown>) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.flatMap(Effect.tracer, (tracer) =>
-    tracer === builtInTracer
-      ? effect
-      : Effect.withSpan(effect, name, { attributes, captureStackTrace: false }))
+export const withSpan =
+  (name: string, attributes: Record<string, unknown>) =>
+  <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.flatMap(Effect.tracer, (tracer) =>
+      tracer === builtInTracer
+        ? effect
+        : Effect.withSpan(effect, name, { attributes, captureStackTrace: false }))

@@ -18,8 +18,10 @@ const elapsedMillis = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 /** Occupy `key` as a foreign client (no watchdog, nobody releases it) for `leaseMillis`. */
 const occupy = (backend: LockBackendShape, key: string, leaseMillis: number, owner = "foreign-client:1") =>
-  Effect.flatMap(backend.primitives.tryAcquire({ key, owner, leaseMillis, fencing: true }), (result) =>
-    result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
+  Effect.flatMap(
+    backend.primitives.tryAcquire({ key, owner, leaseMillis, fencing: true }),
+    (result) => result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`)
+  )
 
 export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unknown>) =>
   describe(`conformance: ${name}`, () => {
@@ -113,7 +115,9 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
         Effect.gen(function*() {
           const key = freshKey("wake")
           const held = yield* Deferred.make<void>()
-          const holder = yield* Effect.fork(withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Effect.sleep(200))))
+          const holder = yield* Effect.fork(
+            withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Effect.sleep(200)))
+          )
           yield* Deferred.await(held)
           const [millis] = yield* elapsedMillis(
             withLock(key, Effect.void, { retry: Schedule.spaced("30 seconds") })
@@ -157,7 +161,9 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
           const backend = yield* LockBackend
           yield* occupy(backend, key, 10_000)
           const error = yield* Effect.flip(
-            withLock(key, Effect.void, { retry: Schedule.spaced("10 millis").pipe(Schedule.compose(Schedule.recurs(3))) })
+            withLock(key, Effect.void, {
+              retry: Schedule.spaced("10 millis").pipe(Schedule.compose(Schedule.recurs(3)))
+            })
           )
           assert.strictEqual(error._tag, "LockTimeoutError")
           if (error._tag === "LockTimeoutError") assert.strictEqual(error.reason, "retries-exhausted")
@@ -241,7 +247,10 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
           const victim = yield* Effect.fork(
             withLock(
               key,
-              Effect.zipRight(Deferred.succeed(held, void 0), Effect.zipRight(Effect.sleep(5_000), Effect.sync(() => finished = true))),
+              Effect.zipRight(
+                Deferred.succeed(held, void 0),
+                Effect.zipRight(Effect.sleep(5_000), Effect.sync(() => finished = true))
+              ),
               { lease: "600 millis" }
             )
           )
@@ -299,7 +308,9 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
       it.effect("bad input fails with LockOptionsError naming the field and touches nothing", () =>
         Effect.gen(function*() {
           const key = freshKey("bad")
-          const cases: ReadonlyArray<readonly [string, Effect.Effect<unknown, { readonly _tag: string }, LockBackend>]> = [
+          const cases: ReadonlyArray<
+            readonly [string, Effect.Effect<unknown, { readonly _tag: string }, LockBackend>]
+          > = [
             ["key", withLock("", Effect.void)],
             ["key", withLock("x".repeat(1024 * 1024), Effect.void)],
             ["lease", withLock(key, Effect.void, { lease: 0 })],
@@ -314,7 +325,9 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
           for (const [field, effect] of cases) {
             const error = yield* Effect.flip(effect)
             assert.strictEqual(error._tag, "LockOptionsError", field)
-            if (error._tag === "LockOptionsError") assert.strictEqual((error as unknown as { field: string }).field, field)
+            if (error._tag === "LockOptionsError") {
+              assert.strictEqual((error as unknown as { field: string }).field, field)
+            }
           }
           assert.isFalse(yield* Lock.isLocked(key))
         }))
@@ -377,7 +390,9 @@ export const runConformance = (name: string, layer: Layer.Layer<LockBackend, unk
           for (let gap = 1; gap <= 4; gap++) {
             const done = yield* Deferred.make<void>()
             const held = yield* Deferred.make<void>()
-            const holder = yield* Effect.fork(withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(done))))
+            const holder = yield* Effect.fork(
+              withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(done)))
+            )
             yield* Deferred.await(held)
             const waiter = yield* Effect.fork(withLock(key, Effect.void))
             yield* Effect.sleep(20)

@@ -129,8 +129,10 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
   it.scopedLive(
     "redis-server paused (SIGSTOP): LockBackendError after the command timeout; after SIGCONT the keyspace holds no lock",
     () =>
-      acquireWhileServerStopped("SIGSTOP: acquire failed after", (url) =>
-        RedisBackend.make({ url, commandTimeout: COMMAND_TIMEOUT }))
+      acquireWhileServerStopped(
+        "SIGSTOP: acquire failed after",
+        (url) => RedisBackend.make({ url, commandTimeout: COMMAND_TIMEOUT })
+      )
   )
 
   it.scopedLive(
@@ -139,7 +141,8 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
       // ioredis defaults: no commandTimeout, offline queue on. withLock runs its attempts
       // uninterruptibly: the budget must stop the call all the same.
       acquireWhileServerStopped("external client, SIGSTOP: acquire failed after", (url) =>
-        Effect.flatMap(adminClient(url), (client) => RedisBackend.make({ client, commandTimeout: COMMAND_TIMEOUT })))
+        Effect.flatMap(adminClient(url), (client) =>
+          RedisBackend.make({ client, commandTimeout: COMMAND_TIMEOUT })))
   )
 
   it.scopedLive(
@@ -216,14 +219,23 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
           redis: { connectionName: "waiter" }
         })
         const other = yield* RedisBackend.make({ url: server.url })
-        const held = yield* other.primitives.tryAcquire({ key, owner: "elsewhere:1", leaseMillis: 20_000, fencing: true })
+        const held = yield* other.primitives.tryAcquire({
+          key,
+          owner: "elsewhere:1",
+          leaseMillis: 20_000,
+          fencing: true
+        })
         assert.strictEqual(held._tag, "Acquired")
         const waiter = yield* Effect.fork(
           withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }).pipe(
             Effect.provideService(LockBackend, backend)
           )
         )
-        yield* eventually(Effect.map(numsub(redis, `redisson_lock__channel:{${key}}`), (n) => n === 1), 5_000, "the waiter")
+        yield* eventually(
+          Effect.map(numsub(redis, `redisson_lock__channel:{${key}}`), (n) => n === 1),
+          5_000,
+          "the waiter"
+        )
 
         const clients = (yield* cmd<string>(redis, "CLIENT", "LIST")).split("\n")
         const commandConnection = clients.find((line) => / name=waiter /.test(line) && / flags=N /.test(line))
@@ -236,7 +248,11 @@ describe.skipIf(skipRedis(true))("faults: Redis unreachable or paused during acq
 
         const token = yield* Fiber.join(waiter).pipe(within(10_000, "the waiter"))
         assert.strictEqual(token, 2n)
-        yield* eventually(Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)), 5_000, "only the counter")
+        yield* eventually(
+          Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)),
+          5_000,
+          "only the counter"
+        )
       }))
   )
 })

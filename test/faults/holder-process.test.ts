@@ -154,6 +154,10 @@ describe.skipIf(skipRedis(true))("faults: the holder's process", () => {
 
       yield* contender.send({ op: "release" })
       yield* contender.take("released")
-      yield* eventually(Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)), 5_000, "only the counter")
+      yield* eventually(
+        Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)),
+        5_000,
+        "only the counter"
+      )
     })))
 })

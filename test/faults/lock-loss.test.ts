@@ -97,7 +97,11 @@ describe.skipIf(skipRedis(true))("faults: the lock is stolen", () => {
         assert.strictEqual(error.fencingToken, held.lease.fencingToken)
         const detectedAfter = held.state.interruptedAt! - stolenAt
         measured(`${how}: interrupted after the steal`, detectedAfter)
-        assert.isAtMost(detectedAfter, RENEW + SLACK_MILLIS, `the program was interrupted ${detectedAfter} ms after the steal`)
+        assert.isAtMost(
+          detectedAfter,
+          RENEW + SLACK_MILLIS,
+          `the program was interrupted ${detectedAfter} ms after the steal`
+        )
 
         // The loser's release is owner-checked: the thief keeps what it took. (Asked through the
         // loser's own connection, so after its release.)
@@ -153,7 +157,11 @@ describe.skipIf(skipRedis(true))("faults: Redis goes away while the lock is held
           const interruptedAt = held.state.interruptedAt!
           measured(`stopped (${commandTimeout} ms budget): interrupted after the deadline`, interruptedAt - deadline)
           assert.isAtLeast(interruptedAt, deadline, "not interrupted before the local deadline")
-          assert.isAtMost(interruptedAt, deadline + SLACK_MILLIS, `interrupted ${interruptedAt - deadline} ms after the deadline`)
+          assert.isAtMost(
+            interruptedAt,
+            deadline + SLACK_MILLIS,
+            `interrupted ${interruptedAt - deadline} ms after the deadline`
+          )
           // withLock returns once the program has ended; its release (which fails) does not hold it up.
           assert.isAtMost(held.state.failedAt!, interruptedAt + commandTimeout + SLACK_MILLIS)
         }))
@@ -186,7 +194,11 @@ describe.skipIf(skipRedis(true))("faults: Redis goes away while the lock is held
         const interruptedAt = held.state.interruptedAt!
         measured("paused server: interrupted after the deadline", interruptedAt - deadline)
         assert.isAtLeast(interruptedAt, deadline, "not interrupted before the local deadline")
-        assert.isAtMost(interruptedAt, deadline + SLACK_MILLIS, `interrupted ${interruptedAt - deadline} ms after the deadline`)
+        assert.isAtMost(
+          interruptedAt,
+          deadline + SLACK_MILLIS,
+          `interrupted ${interruptedAt - deadline} ms after the deadline`
+        )
 
         // The renewal and the release that were waiting in the paused server's socket run now, in
         // order: the lock is renewed once more and then released.

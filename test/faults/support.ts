@@ -4,12 +4,12 @@
  * holders in OS processes of their own (`worker.ts`) driven over stdin/stdout.
  */
 import { assert } from "@effect/vitest"
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process"
-import { connect, createServer, type Server, type Socket } from "node:net"
-import { fileURLToPath } from "node:url"
 import { Effect } from "effect"
 import type { Scope } from "effect"
 import { Redis } from "ioredis"
+import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process"
+import { connect, createServer, type Server, type Socket } from "node:net"
+import { fileURLToPath } from "node:url"
 import { vi } from "vitest"
 import { unhandled } from "../support/failOnUnhandled.js"
 

@@ -6,9 +6,9 @@
  * same runs without the hook pass; and the array the fault tests check is the one the hook fills.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { Effect } from "effect"
 import { unhandled } from "../support/failOnUnhandled.js"
 
 const root = fileURLToPath(new URL("../..", import.meta.url))
@@ -40,29 +40,35 @@ const runFixture = (kind: "rejection" | "exception" | "nothing", hook: "on" | "o
   })
 
 describe("faults: nothing goes unhandled", () => {
-  it.live("the hook fails a run that leaves an unhandled rejection or an uncaught exception; without it the same run passes", () =>
-    Effect.gen(function*() {
-      const [rejection, exception, clean, rejectionNoHook, exceptionNoHook] = yield* Effect.all([
-        runFixture("rejection", "on"),
-        runFixture("exception", "on"),
-        runFixture("nothing", "on"),
-        runFixture("rejection", "off"),
-        runFixture("exception", "off")
-      ], { concurrency: "unbounded" })
+  it.live(
+    "the hook fails a run that leaves an unhandled rejection or an uncaught exception; without it the same run passes",
+    () =>
+      Effect.gen(function*() {
+        const [rejection, exception, clean, rejectionNoHook, exceptionNoHook] = yield* Effect.all([
+          runFixture("rejection", "on"),
+          runFixture("exception", "on"),
+          runFixture("nothing", "on"),
+          runFixture("rejection", "off"),
+          runFixture("exception", "off")
+        ], { concurrency: "unbounded" })
 
-      assert.notStrictEqual(rejection.code, 0, rejection.output)
-      assert.include(rejection.output, "fixture: an unhandled rejection")
-      assert.notStrictEqual(exception.code, 0, exception.output)
-      assert.include(exception.output, "fixture: an uncaught exception")
-      // Controls: the fixture passes when it leaves nothing behind, and, with vitest's own check
-      // switched off, a run with the fault but without the hook passes: the failure is the hook's.
-      assert.strictEqual(clean.code, 0, clean.output)
-      assert.strictEqual(rejectionNoHook.code, 0, rejectionNoHook.output)
-      assert.strictEqual(exceptionNoHook.code, 0, exceptionNoHook.output)
-    }), 120_000)
+        assert.notStrictEqual(rejection.code, 0, rejection.output)
+        assert.include(rejection.output, "fixture: an unhandled rejection")
+        assert.notStrictEqual(exception.code, 0, exception.output)
+        assert.include(exception.output, "fixture: an uncaught exception")
+        // Controls: the fixture passes when it leaves nothing behind, and, with vitest's own check
+        // switched off, a run with the fault but without the hook passes: the failure is the hook's.
+        assert.strictEqual(clean.code, 0, clean.output)
+        assert.strictEqual(rejectionNoHook.code, 0, rejectionNoHook.output)
+        assert.strictEqual(exceptionNoHook.code, 0, exceptionNoHook.output)
+      }),
+    120_000
+  )
 
   it("the `unhandled` array the fault tests check is the one the hook records into", () => {
-    const hooks = process.listeners("unhandledRejection").filter((listener) => listener.toString().includes("unhandled.push"))
+    const hooks = process.listeners("unhandledRejection").filter((listener) =>
+      listener.toString().includes("unhandled.push")
+    )
     assert.strictEqual(hooks.length, 1, "the setup file's hook is installed once")
     const reason = new Error("recorded, not thrown")
     const before = unhandled.length

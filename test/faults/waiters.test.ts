@@ -94,7 +94,11 @@ describe.skipIf(skipRedis(true))("faults: waiters", () => {
         assert.deepStrictEqual(entries.map((e) => e.token).sort(), [1n, 2n, 3n, 4n])
 
         assert.strictEqual(yield* numsub(redis, channelOf(key)), 0, "no subscription left")
-        yield* eventually(Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)), 5_000, "only the counter")
+        yield* eventually(
+          Effect.map(keyspace(redis), (keys) => keys.join() === tokenKeyOf(key)),
+          5_000,
+          "only the counter"
+        )
       }))
   )
 
@@ -111,7 +115,12 @@ describe.skipIf(skipRedis(true))("faults: waiters", () => {
         // The holder: another client, which releases (and publishes) through its own connection.
         const other = yield* RedisBackend.make({ url: server.url })
         for (const key of keys) {
-          const held = yield* other.primitives.tryAcquire({ key, owner: "elsewhere:1", leaseMillis: holderLease, fencing: true })
+          const held = yield* other.primitives.tryAcquire({
+            key,
+            owner: "elsewhere:1",
+            leaseMillis: holderLease,
+            fencing: true
+          })
           assert.strictEqual(held._tag, "Acquired")
         }
         const { fiber, entries } = yield* startWaiters(backend, keys, waiters, 200)
@@ -119,10 +128,16 @@ describe.skipIf(skipRedis(true))("faults: waiters", () => {
 
         assert.strictEqual(yield* cmd(redis, "CLIENT", "KILL", "TYPE", "pubsub"), 1, "the backend's one subscriber")
         // Released while the subscriber is away: nobody hears the notification.
-        for (const key of keys) assert.deepStrictEqual(yield* other.primitives.release(key, "elsewhere:1"), { _tag: "Released" })
+        for (const key of keys) {
+          assert.deepStrictEqual(yield* other.primitives.release(key, "elsewhere:1"), { _tag: "Released" })
+        }
         const releasedAt = hrMillis()
         for (const key of keys) {
-          yield* eventually(Effect.map(numsub(redis, channelOf(key)), (n) => n === 1), 5_000, `the resubscription to ${key}`)
+          yield* eventually(
+            Effect.map(numsub(redis, channelOf(key)), (n) => n === 1),
+            5_000,
+            `the resubscription to ${key}`
+          )
         }
 
         yield* Fiber.join(fiber).pipe(within(10_000, "the waiters"))

@@ -47,7 +47,9 @@ type Command = WorkerCommand
 // The fault suite promises no unhandled rejection or uncaught exception anywhere, workers included:
 // report one as an event (the test fails on it) and exit.
 const reportUnhandled = (error: unknown) => {
-  process.stdout.write(JSON.stringify({ ev: "unhandled", message: String(error), at: String(process.hrtime.bigint()) }) + "\n")
+  process.stdout.write(
+    JSON.stringify({ ev: "unhandled", message: String(error), at: String(process.hrtime.bigint()) }) + "\n"
+  )
   process.exit(70)
 }
 process.on("unhandledRejection", reportUnhandled)

@@ -39,8 +39,10 @@ const stillHeld: ReleaseResult = { _tag: "StillHeld" }
 const notHeld: ReleaseResult = { _tag: "NotHeld" }
 
 const acquired = (backend: LockBackendShape, key: string, owner: string, leaseMillis = 10_000) =>
-  Effect.flatMap(backend.primitives.tryAcquire(request(key, owner, leaseMillis)), (result) =>
-    result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`))
+  Effect.flatMap(
+    backend.primitives.tryAcquire(request(key, owner, leaseMillis)),
+    (result) => result._tag === "Acquired" ? Effect.succeed(result.fencingToken) : Effect.dieMessage(`${key} was busy`)
+  )
 
 describe.skipIf(skip)("RedisBackend on a shared test server", () => {
   let server: RedisServer
@@ -100,9 +102,15 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       assert.strictEqual(busy._tag, "Busy")
       if (busy._tag === "Busy") assert.isTrue(busy.ttlMillis! > 0 && busy.ttlMillis! <= 5_000)
       yield* cmd(redis, "PERSIST", key)
-      assert.deepStrictEqual(yield* b.primitives.tryAcquire(request(key, "other:1")), { _tag: "Busy", ttlMillis: undefined })
+      assert.deepStrictEqual(yield* b.primitives.tryAcquire(request(key, "other:1")), {
+        _tag: "Busy",
+        ttlMillis: undefined
+      })
       const info = yield* b.primitives.inspect(key)
-      assert.deepStrictEqual(info, Option.some({ key, holders: [{ owner: "holder:1", holdCount: 1 }], ttlMillis: undefined }))
+      assert.deepStrictEqual(
+        info,
+        Option.some({ key, holders: [{ owner: "holder:1", holdCount: 1 }], ttlMillis: undefined })
+      )
       assert.isTrue(Option.isNone(yield* b.primitives.inspect(freshKey("none"))))
     }))
 
@@ -167,10 +175,16 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
         )
         assert.strictEqual(renewError.operation, "renew", label)
         assert.include(renewError.message, "whole number of milliseconds", label)
-        assert.isAtMost(yield* cmd<number>(redis, "PTTL", held), 1_000, `the good renewal before it was not applied (${label})`)
+        assert.isAtMost(
+          yield* cmd<number>(redis, "PTTL", held),
+          1_000,
+          `the good renewal before it was not applied (${label})`
+        )
 
         // A hand-over with a bad lease for the receiver leaves the giver's hold as it was.
-        const handOverError = yield* Effect.flip(b.primitives.handOver!(held, "me:1", request(held, "next:1", leaseMillis)))
+        const handOverError = yield* Effect.flip(
+          b.primitives.handOver!(held, "me:1", request(held, "next:1", leaseMillis))
+        )
         assert.include(handOverError.message, "whole number of milliseconds", label)
         assert.deepStrictEqual(
           Option.map(yield* b.primitives.inspect(held), (info) => info.holders),
@@ -202,7 +216,10 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
       const first = yield* acquired(b, key, "me:1")
       const second = yield* acquired(b, key, "me:1")
       assert.strictEqual(second, first, "a re-entry draws no new token")
-      assert.deepStrictEqual(Option.map(yield* b.primitives.inspect(key), (i) => i.holders), Option.some([{ owner: "me:1", holdCount: 2 }]))
+      assert.deepStrictEqual(
+        Option.map(yield* b.primitives.inspect(key), (i) => i.holders),
+        Option.some([{ owner: "me:1", holdCount: 2 }])
+      )
       assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), stillHeld)
       assert.isTrue(Option.isSome(yield* b.primitives.inspect(key)), "still held once")
       assert.deepStrictEqual(yield* b.primitives.release(key, "me:1"), released)
@@ -286,82 +303,117 @@ describe.skipIf(skip)("RedisBackend on a shared test server", () => {
     }))
 
   // Changes server-wide state: not on a shared REDIS_URL server.
-  it.scopedLive.skipIf(skipOwn)("a least-privilege ACL user can do everything the backend needs", () =>
-    Effect.gen(function*() {
-      const redis = yield* admin(server.url)
-      yield* cmd(redis, "ACL", "LOG", "RESET")
-      yield* cmd(redis, "ACL", "SETUSER", "locks", "reset", "on", ">lockpw", ...aclRules("locks:"))
-      const url = Redacted.make(`redis://locks:lockpw@127.0.0.1:${server.port}`)
-      const layer = RedisBackend.layer({ url, prefix: "locks:" })
-      const key = freshKey("acl")
-      // Contended: the waiter is woken by the holder's release (pub/sub), not by the lease.
-      const [millis, token] = yield* Effect.gen(function*() {
-        const holder = yield* Effect.fork(withLock(key, Effect.sleep(200), { lease: "30 seconds" }))
-        yield* Effect.sleep(50)
-        const waited = yield* Effect.timed(
-          withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+  it.scopedLive.skipIf(skipOwn)(
+    "a least-privilege ACL user can do everything the backend needs",
+    () =>
+      Effect.gen(function*() {
+        const redis = yield* admin(server.url)
+        yield* cmd(redis, "ACL", "LOG", "RESET")
+        yield* cmd(redis, "ACL", "SETUSER", "locks", "reset", "on", ">lockpw", ...aclRules("locks:"))
+        const url = Redacted.make(`redis://locks:lockpw@127.0.0.1:${server.port}`)
+        const layer = RedisBackend.layer({ url, prefix: "locks:" })
+        const key = freshKey("acl")
+        // Contended: the waiter is woken by the holder's release (pub/sub), not by the lease.
+        const [millis, token] = yield* Effect.gen(function*() {
+          const holder = yield* Effect.fork(withLock(key, Effect.sleep(200), { lease: "30 seconds" }))
+          yield* Effect.sleep(50)
+          const waited = yield* Effect.timed(
+            withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+          )
+          yield* Fiber.join(holder)
+          const backend = yield* LockBackend
+          yield* backend.primitives.forceRelease(key)
+          return [Duration.toMillis(waited[0]), waited[1]] as const
+        }).pipe(Effect.provide(layer))
+        assert.strictEqual(token, 2n)
+        assert.isBelow(millis, 10_000, "woken by the release long before the 30 s lease")
+        assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "no command was refused")
+      })
+  )
+
+  // Changes server-wide state: not on a shared REDIS_URL server.
+  it.scopedLive.skipIf(skipOwn)(
+    "a refused SUBSCRIBE is logged and waiters still get in (at the holder's lease end)",
+    () =>
+      Effect.gen(function*() {
+        const redis = yield* admin(server.url)
+        yield* cmd(
+          redis,
+          "ACL",
+          "SETUSER",
+          "nopubsub",
+          "reset",
+          "on",
+          ">pw",
+          ...aclRules("np:").filter((rule) => !rule.startsWith("&"))
         )
-        yield* Fiber.join(holder)
-        const backend = yield* LockBackend
-        yield* backend.primitives.forceRelease(key)
-        return [Duration.toMillis(waited[0]), waited[1]] as const
-      }).pipe(Effect.provide(layer))
-      assert.strictEqual(token, 2n)
-      assert.isBelow(millis, 10_000, "woken by the release long before the 30 s lease")
-      assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "no command was refused")
-    }))
+        const layer = RedisBackend.layer({ url: `redis://nopubsub:pw@127.0.0.1:${server.port}`, prefix: "np:" })
+        const key = freshKey("nosub")
+        const [millis, logs] = yield* captureLogs((logs) =>
+          Effect.gen(function*() {
+            const backend = yield* LockBackend
+            yield* acquired(backend, key, "foreign:1", 300)
+            const [waited] = yield* Effect.timed(withLock(key, Effect.void, { retry: Schedule.spaced("60 seconds") }))
+            return [Duration.toMillis(waited), logs] as const
+          }).pipe(Effect.provide(layer))
+        )
+        assert.isBelow(millis, 10_000)
+        assert.isTrue(
+          logs.some((line) => line.includes("SUBSCRIBE failed") && line.includes("NOPERM")),
+          logs.join("\n")
+        )
+      })
+  )
 
   // Changes server-wide state: not on a shared REDIS_URL server.
-  it.scopedLive.skipIf(skipOwn)("a refused SUBSCRIBE is logged and waiters still get in (at the holder's lease end)", () =>
-    Effect.gen(function*() {
-      const redis = yield* admin(server.url)
-      yield* cmd(redis, "ACL", "SETUSER", "nopubsub", "reset", "on", ">pw", ...aclRules("np:").filter((rule) => !rule.startsWith("&")))
-      const layer = RedisBackend.layer({ url: `redis://nopubsub:pw@127.0.0.1:${server.port}`, prefix: "np:" })
-      const key = freshKey("nosub")
-      const [millis, logs] = yield* captureLogs((logs) =>
-        Effect.gen(function*() {
-          const backend = yield* LockBackend
-          yield* acquired(backend, key, "foreign:1", 300)
-          const [waited] = yield* Effect.timed(withLock(key, Effect.void, { retry: Schedule.spaced("60 seconds") }))
-          return [Duration.toMillis(waited), logs] as const
-        }).pipe(Effect.provide(layer))
-      )
-      assert.isBelow(millis, 10_000)
-      assert.isTrue(logs.some((line) => line.includes("SUBSCRIBE failed") && line.includes("NOPERM")), logs.join("\n"))
-    }))
-
-  // Changes server-wide state: not on a shared REDIS_URL server.
-  it.scopedLive.skipIf(skipOwn)("a user without PUBSUB NUMSUB (the hand-over script is refused): releases notify instead, with one warning", () =>
-    Effect.gen(function*() {
-      const redis = yield* admin(server.url)
-      yield* cmd(redis, "ACL", "SETUSER", "nonumsub", "reset", "on", ">pw", ...aclRules("nn:").filter((rule) => rule !== "+pubsub|numsub"))
-      const layer = RedisBackend.layer({ url: `redis://nonumsub:pw@127.0.0.1:${server.port}`, prefix: "nn:" })
-      const key = freshKey("nonumsub")
-      const [tokens, logs] = yield* captureLogs((logs) =>
-        Effect.gen(function*() {
-          // Three rounds of a release with a parked waiter: the first is refused and falls back.
-          const tokens: Array<bigint> = []
-          for (let round = 0; round < 3; round++) {
-            const holder = yield* Effect.fork(withLock(key, (lease) => Effect.as(Effect.sleep(300), lease.fencingToken)))
-            yield* Effect.sleep(30)
-            const waiter = yield* Effect.fork(
-              withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
-            )
-            tokens.push(yield* Fiber.join(holder), yield* Fiber.join(waiter).pipe(Effect.timeoutFail({
-              duration: "10 seconds",
-              onTimeout: () => new Error("the waiter was not woken by the release")
-            })))
-          }
-          const backend = yield* LockBackend
-          assert.isTrue(Option.isNone(yield* backend.primitives.inspect(key)), "no lock left")
-          return [tokens, logs] as const
-        }).pipe(Effect.provide(layer))
-      )
-      assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n, 5n, 6n])
-      const warnings = logs.filter((line) => line.includes("refused the hand-over script"))
-      assert.strictEqual(warnings.length, 1, logs.join("\n"))
-      assert.isTrue(warnings[0]!.includes("can't run this command"), warnings[0])
-    }))
+  it.scopedLive.skipIf(skipOwn)(
+    "a user without PUBSUB NUMSUB (the hand-over script is refused): releases notify instead, with one warning",
+    () =>
+      Effect.gen(function*() {
+        const redis = yield* admin(server.url)
+        yield* cmd(
+          redis,
+          "ACL",
+          "SETUSER",
+          "nonumsub",
+          "reset",
+          "on",
+          ">pw",
+          ...aclRules("nn:").filter((rule) => rule !== "+pubsub|numsub")
+        )
+        const layer = RedisBackend.layer({ url: `redis://nonumsub:pw@127.0.0.1:${server.port}`, prefix: "nn:" })
+        const key = freshKey("nonumsub")
+        const [tokens, logs] = yield* captureLogs((logs) =>
+          Effect.gen(function*() {
+            // Three rounds of a release with a parked waiter: the first is refused and falls back.
+            const tokens: Array<bigint> = []
+            for (let round = 0; round < 3; round++) {
+              const holder = yield* Effect.fork(
+                withLock(key, (lease) => Effect.as(Effect.sleep(300), lease.fencingToken))
+              )
+              yield* Effect.sleep(30)
+              const waiter = yield* Effect.fork(
+                withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+              )
+              tokens.push(
+                yield* Fiber.join(holder),
+                yield* Fiber.join(waiter).pipe(Effect.timeoutFail({
+                  duration: "10 seconds",
+                  onTimeout: () => new Error("the waiter was not woken by the release")
+                }))
+              )
+            }
+            const backend = yield* LockBackend
+            assert.isTrue(Option.isNone(yield* backend.primitives.inspect(key)), "no lock left")
+            return [tokens, logs] as const
+          }).pipe(Effect.provide(layer))
+        )
+        assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n, 5n, 6n])
+        const warnings = logs.filter((line) => line.includes("refused the hand-over script"))
+        assert.strictEqual(warnings.length, 1, logs.join("\n"))
+        assert.isTrue(warnings[0]!.includes("can't run this command"), warnings[0])
+      })
+  )
 })
 
 /**
@@ -408,7 +460,11 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
         const clients = yield* clientConnections(redis)
         assert.strictEqual(clients.length, 2, clients.join("\n"))
       }))
-      yield* eventually(Effect.map(clientConnections(redis), (clients) => clients.length === 0), 5_000, "no connection left")
+      yield* eventually(
+        Effect.map(clientConnections(redis), (clients) => clients.length === 0),
+        5_000,
+        "no connection left"
+      )
     }))
 
   it.scopedLive("an existing client stays open; the subscriber duplicate is closed", () =>
@@ -419,7 +475,8 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       yield* Effect.addFinalizer(() => Effect.sync(() => client.disconnect()))
       yield* Effect.scoped(RedisBackend.make({ client }))
       yield* eventually(
-        Effect.map(clientConnections(redis), (clients) => clients.length === 1 && clients[0]!.includes("name=user-client")),
+        Effect.map(clientConnections(redis), (clients) =>
+          clients.length === 1 && clients[0]!.includes("name=user-client")),
         5_000,
         "only the user's client left"
       )
@@ -438,7 +495,9 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       const bad = withUrl(`redis://:${password}-wrong@127.0.0.1:${server.port}`)
       const [token, failure, logs] = yield* captureLogs((logs) =>
         Effect.gen(function*() {
-          const token = yield* withLock("config", (lease) => Effect.succeed(lease.fencingToken)).pipe(Effect.provide(good))
+          const token = yield* withLock("config", (lease) => Effect.succeed(lease.fencingToken)).pipe(
+            Effect.provide(good)
+          )
           const failure = yield* Effect.flip(withLock("config", Effect.void).pipe(Effect.provide(bad)))
           // Errors while connected are logged too: stop the server under a live backend.
           yield* Effect.gen(function*() {
@@ -518,7 +577,11 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       assert.include(error.message, "timed out")
       server.resume()
       const redis = yield* admin(server.url)
-      yield* eventually(Effect.map(cmd(redis, "GET", "redisson_lock_token:{paused}"), (t) => t === "1"), 5_000, "the acquire ran")
+      yield* eventually(
+        Effect.map(cmd(redis, "GET", "redisson_lock_token:{paused}"), (t) => t === "1"),
+        5_000,
+        "the acquire ran"
+      )
       assert.strictEqual(yield* cmd(redis, "EXISTS", "paused"), 0, "and its lock was released")
     }))
 
@@ -533,7 +596,11 @@ describe.skipIf(skipOwn)("RedisBackend on a server of its own", () => {
       assert.include(error.message, "timed out")
       server.resume()
       const redis = yield* admin(server.url)
-      yield* eventually(Effect.map(cmd(redis, "GET", "redisson_lock_token:{external}"), (t) => t === "1"), 5_000, "the acquire ran")
+      yield* eventually(
+        Effect.map(cmd(redis, "GET", "redisson_lock_token:{external}"), (t) => t === "1"),
+        5_000,
+        "the acquire ran"
+      )
       yield* eventually(Effect.map(cmd(redis, "EXISTS", "external"), (n) => n === 0), 5_000, "the lock released")
     }))
 

@@ -25,14 +25,22 @@ describe.skipIf(skipRedis(true))("connections", () => {
       const waiting = () => keys.reduce((sum, key) => sum + queue.waitersOn(key), 0)
 
       for (const key of keys) {
-        const held = yield* backend.primitives.tryAcquire({ key, owner: "foreign:1", leaseMillis: 30_000, fencing: true })
+        const held = yield* backend.primitives.tryAcquire({
+          key,
+          owner: "foreign:1",
+          leaseMillis: 30_000,
+          fencing: true
+        })
         assert.strictEqual(held._tag, "Acquired")
       }
       let entered = 0
       const all = yield* Effect.fork(
         Effect.all(
-          Array.from({ length: fibers }, (_, i) =>
-            withLock(keys[i % keys.length]!, Effect.sync(() => entered++), { retry: Schedule.spaced("60 seconds") })),
+          Array.from(
+            { length: fibers },
+            (_, i) =>
+              withLock(keys[i % keys.length]!, Effect.sync(() => entered++), { retry: Schedule.spaced("60 seconds") })
+          ),
           { concurrency: "unbounded", discard: true }
         ).pipe(Effect.provideService(LockBackend, backend))
       )
@@ -51,7 +59,9 @@ describe.skipIf(skipRedis(true))("connections", () => {
           Schedule.spaced("5 millis")
         )
       )
-      for (const key of keys) assert.deepStrictEqual(yield* backend.primitives.release(key, "foreign:1"), { _tag: "Released" })
+      for (const key of keys) {
+        assert.deepStrictEqual(yield* backend.primitives.release(key, "foreign:1"), { _tag: "Released" })
+      }
       yield* Fiber.join(all)
       yield* Fiber.interrupt(sampler)
 

@@ -42,7 +42,11 @@ const waiting = (redis: Redis, backend: LockBackendShape, key: string, count: nu
     const fiber = yield* Effect.fork(
       withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds"), ...options })
     )
-    yield* eventually(Effect.sync(() => backendOf(backend).queue.waitersOn(key) >= count), 5_000, `waiter ${count} queued`)
+    yield* eventually(
+      Effect.sync(() => backendOf(backend).queue.waitersOn(key) >= count),
+      5_000,
+      `waiter ${count} queued`
+    )
     let before = -1
     yield* eventually(
       Effect.gen(function*() {
@@ -98,7 +102,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual((yield* calls(redis, "evalsha")) - evalsBefore, 2, "no acquire attempt by the receiver")
         assert.strictEqual((yield* calls(redis, "publish")) - publishesBefore, 1, "only the last release published")
         assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")))
-      })))
+      })
+    ))
 
   it.scopedLive("another client waiting on the channel (another process, Redisson) gets the notification: no hand-over", () =>
     onFreshServer(({ backend, redis, url }) =>
@@ -114,38 +119,45 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
         yield* eventually(Effect.sync(() => messages.length >= 2), 5_000, "both releases published")
         assert.deepStrictEqual(messages, ["0", "0"])
-      })))
+      })
+    ))
 
   it.scopedLive("with this process's own subscription missing (SUBSCRIBE refused), a single other subscriber still gets the notification", () =>
-    onFreshServer(({ backend, url }) =>
-      Effect.gen(function*() {
-        // Another client waiting on the key: subscribed to its release channel.
-        const messages = yield* listen(url, "redisson_lock__channel:{k}")
-        const release = yield* Deferred.make<void>()
-        const holder = yield* holding("k", release)
-        const inside = yield* Deferred.make<bigint>()
-        const leave = yield* Deferred.make<void>()
-        const waiter = yield* Effect.fork(withLock("k", (lease) =>
-          Effect.zipRight(Deferred.succeed(inside, lease.fencingToken), Deferred.await(leave)), {
-          retry: Schedule.spaced("100 millis")
-        }))
-        yield* eventually(Effect.sync(() => backendOf(backend).queue.waitersOn("k") >= 1), 5_000, "the waiter queued")
-        yield* Effect.sleep(50)
-        yield* Deferred.succeed(release, void 0)
-        yield* Fiber.join(holder.fiber)
-        // The local waiter got in by its schedule; while it holds the lock, the other client has
-        // had the holder's notification (the waiter's own release has not happened yet).
-        assert.strictEqual(yield* Deferred.await(inside), holder.token + 1n)
-        yield* eventually(Effect.sync(() => messages.length >= 1), 5_000, "the holder's notification")
-        yield* Deferred.succeed(leave, void 0)
-        yield* Fiber.join(waiter)
-      }),
-      // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
+    onFreshServer(
+      ({ backend, url }) =>
+        Effect.gen(function*() {
+          // Another client waiting on the key: subscribed to its release channel.
+          const messages = yield* listen(url, "redisson_lock__channel:{k}")
+          const release = yield* Deferred.make<void>()
+          const holder = yield* holding("k", release)
+          const inside = yield* Deferred.make<bigint>()
+          const leave = yield* Deferred.make<void>()
+          const waiter = yield* Effect.fork(
+            withLock(
+              "k",
+              (lease) => Effect.zipRight(Deferred.succeed(inside, lease.fencingToken), Deferred.await(leave)),
+              {
+                retry: Schedule.spaced("100 millis")
+              }
+            )
+          )
+          yield* eventually(Effect.sync(() => backendOf(backend).queue.waitersOn("k") >= 1), 5_000, "the waiter queued")
+          yield* Effect.sleep(50)
+          yield* Deferred.succeed(release, void 0)
+          yield* Fiber.join(holder.fiber)
+          // The local waiter got in by its schedule; while it holds the lock, the other client has
+          // had the holder's notification (the waiter's own release has not happened yet).
+          assert.strictEqual(yield* Deferred.await(inside), holder.token + 1n)
+          yield* eventually(Effect.sync(() => messages.length >= 1), 5_000, "the holder's notification")
+          yield* Deferred.succeed(leave, void 0)
+          yield* Fiber.join(waiter)
+        }), // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
       (redis, port) =>
         Effect.as(
           cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe"),
           `redis://nosub:pw@127.0.0.1:${port}`
-        )))
+        )
+    ))
 
   it.scopedLive("the receiver is interrupted while the hand-over is in flight: the lock is released for it and goes to the next waiter", () =>
     onFreshServer(({ backend, redis }) =>
@@ -165,7 +177,8 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(second), holder.token + 2n)
         assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")), "no lock left")
         assert.strictEqual(backendOf(backend).queue.waitersOn("k"), 0)
-      })))
+      })
+    ))
 
   it.scopedLive("the receiver's wait runs out while the hand-over is in flight: it waits for it and holds the lock", () =>
     onFreshServer(({ backend, redis }) =>
@@ -179,5 +192,6 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
         assert.strictEqual(yield* Fiber.join(waiter), holder.token + 1n)
         yield* Fiber.join(holder.fiber)
         assert.isTrue(Option.isNone(yield* backend.primitives.inspect("k")), "no lock left")
-      })))
+      })
+    ))
 })

@@ -32,8 +32,10 @@ export const cmd = <A = unknown>(redis: Redis, ...args: [string, ...Array<string
 
 /** The server's client connections other than admin ones (`test-admin`). */
 export const clientConnections = (redis: Redis) =>
-  Effect.map(cmd<string>(redis, "CLIENT", "LIST"), (list) =>
-    list.split("\n").filter((line) => line.trim() !== "" && !/ name=test-admin /.test(line)))
+  Effect.map(
+    cmd<string>(redis, "CLIENT", "LIST"),
+    (list) => list.split("\n").filter((line) => line.trim() !== "" && !/ name=test-admin /.test(line))
+  )
 
 /** Every log line (logfmt, all levels) written while `effect` runs. */
 export const captureLogs = <A, E, R>(effect: (lines: ReadonlyArray<string>) => Effect.Effect<A, E, R>) => {

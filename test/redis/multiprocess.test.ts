@@ -5,9 +5,9 @@
  * strictly increase in the order the lock was granted.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { Effect } from "effect"
 import { redisServer, skipRedis } from "../support/redisServer.js"
 import { admin, cmd } from "./helpers.js"
 
@@ -37,7 +37,16 @@ interface Worker {
 const startWorker = (index: number, url: string) =>
   Effect.acquireRelease(
     Effect.async<Worker, Error>((resume) => {
-      const child = spawn(process.execPath, ["--import", "tsx", worker, url, "mp:lock", String(iterations), "mp:counter", String(fibersPerProcess)], {
+      const child = spawn(process.execPath, [
+        "--import",
+        "tsx",
+        worker,
+        url,
+        "mp:lock",
+        String(iterations),
+        "mp:counter",
+        String(fibersPerProcess)
+      ], {
         cwd: root,
         stdio: ["pipe", "pipe", "pipe"]
       })
@@ -93,7 +102,10 @@ describe.skipIf(skipRedis())("several processes on one key", () => {
       assert.strictEqual(new Set(sections.map((s) => s.process)).size, processes)
       for (let i = 1; i < sections.length; i++) {
         const [previous, current] = [sections[i - 1]!, sections[i]!]
-        assert.isTrue(current.start > previous.end, `section ${i} (process ${current.process}) overlaps section ${i - 1} (process ${previous.process})`)
+        assert.isTrue(
+          current.start > previous.end,
+          `section ${i} (process ${current.process}) overlaps section ${i - 1} (process ${previous.process})`
+        )
         assert.isTrue(current.token > previous.token, `token ${current.token} after ${previous.token}`)
       }
       // Sections from different processes interleaved: the lock really was contended.

@@ -4,9 +4,9 @@
  * 3.x) with Redisson's lock-name field `<client uuid>:<thread id>`.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { randomUUID } from "node:crypto"
 import { Duration, Effect, Fiber, Option, Schedule } from "effect"
 import type { Redis } from "ioredis"
+import { randomUUID } from "node:crypto"
 import { Lock, withLock } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import type { RedisServer } from "../support/redisServer.js"
@@ -93,7 +93,9 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
         const java = redisson(redis, prefix + key)
         assert.isNull(yield* java.tryLock)
         const waiter = yield* Effect.fork(
-          Effect.timed(withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") }))
+          Effect.timed(
+            withLock(key, (lease) => Effect.succeed(lease.fencingToken), { retry: Schedule.spaced("60 seconds") })
+          )
         )
         yield* Effect.sleep(200)
         assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "excluded while Redisson holds")
@@ -102,7 +104,11 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
         assert.isTrue(token > 0n)
         assert.strictEqual(yield* cmd(redis, "GET", prefixName("redisson_lock_token", prefix + key)), String(token))
         assert.isAtLeast(Duration.toMillis(waited), 200)
-        assert.isBelow(Duration.toMillis(waited), 10_000, "woken by the release, long before Redisson's 30 s lease ended")
+        assert.isBelow(
+          Duration.toMillis(waited),
+          10_000,
+          "woken by the release, long before Redisson's 30 s lease ended"
+        )
       }).pipe(provide))
   }
 

@@ -5,11 +5,11 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import type { LockRequest } from "../../src/LockBackend.js"
 import { makeKeyLayout } from "../../src/internal/redis/keys.js"
 import * as scripts from "../../src/internal/redis/lockScripts.js"
 import type { Script } from "../../src/internal/redis/scripts.js"
 import { runScript } from "../../src/internal/redis/scripts.js"
+import type { LockRequest } from "../../src/LockBackend.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import type { RedisServer } from "../support/redisServer.js"
 import { skipRedis, startRedisServer } from "../support/redisServer.js"
@@ -19,7 +19,11 @@ const skip = skipRedis()
 const layout = makeKeyLayout("")
 
 /** Run a script; its error message when it fails, its decoded reply when it succeeds. */
-const run = <I extends ReadonlyArray<unknown>, A>(client: Parameters<typeof runScript>[0], script: Script<I, A>, ...input: I) =>
+const run = <I extends ReadonlyArray<unknown>, A>(
+  client: Parameters<typeof runScript>[0],
+  script: Script<I, A>,
+  ...input: I
+) =>
   Effect.async<A | string>((resume) =>
     runScript(
       client,
@@ -63,7 +67,14 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       const redis = yield* admin(server.url)
       const key = "held"
       yield* run(redis, scripts.acquire, layout.keysOf(key), request(key, "holder:1", 60_000))
-      const reply = yield* run(redis, scripts.handOver, layout.keysOf(key), "holder:1", request(key, "next:1", 2500.5), 0)
+      const reply = yield* run(
+        redis,
+        scripts.handOver,
+        layout.keysOf(key),
+        "holder:1",
+        request(key, "next:1", 2500.5),
+        0
+      )
       assert.match(String(reply), /the receiver's lease must be a whole number/)
       assert.deepStrictEqual(yield* cmd(redis, "HGETALL", key), ["holder:1", "1"])
       const pttl = yield* cmd<number>(redis, "PTTL", key)
@@ -75,7 +86,10 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       const redis = yield* admin(server.url)
       yield* run(redis, scripts.acquire, layout.keysOf("r1"), request("r1", "o:1", 5_000))
       yield* run(redis, scripts.acquire, layout.keysOf("r2"), request("r2", "o:2", 5_000))
-      const reply = yield* run(redis, scripts.renew, ["r1", "r2"], [request("r1", "o:1", 60_000), request("r2", "o:2", 0.5)])
+      const reply = yield* run(redis, scripts.renew, ["r1", "r2"], [
+        request("r1", "o:1", 60_000),
+        request("r2", "o:2", 0.5)
+      ])
       assert.match(String(reply), /lease 2 must be a whole number/)
       assert.isAtMost(yield* cmd<number>(redis, "PTTL", "r1"), 5_000, "r1 was not renewed either")
     }))

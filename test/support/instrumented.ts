@@ -78,8 +78,12 @@ export const makeInstrumented: Effect.Effect<Instrumented, never, Scope.Scope> =
       Effect.suspend(() => {
         self.renewCalls.count++
         self.calls.renew += requests.length
-        for (const request of requests) self.renewalsByKey.set(request.key, (self.renewalsByKey.get(request.key) ?? 0) + 1)
-        if (self.failAllRenewals) return Effect.fail(fault("renew", requests[0]!.key))
+        for (const request of requests) {
+          self.renewalsByKey.set(request.key, (self.renewalsByKey.get(request.key) ?? 0) + 1)
+        }
+        if (self.failAllRenewals) {
+          return Effect.fail(fault("renew", requests[0]!.key))
+        }
         const failing = (owner: string) => self.failRenewals.has(owner)
         return Effect.map(inner.renew(requests.filter((r) => !failing(r.owner))), (results) => {
           let next = 0

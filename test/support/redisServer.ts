@@ -10,10 +10,10 @@
  * need their own server skip), and skip loudly when neither is available, except under `CI=true`,
  * where that fails the run.
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process"
-import { createServer, Socket } from "node:net"
 import { Effect } from "effect"
 import type { Scope } from "effect"
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
+import { createServer, Socket } from "node:net"
 
 export interface RedisServer {
   readonly host: string

@@ -11,12 +11,7 @@
  */
 import type { Scope } from "effect"
 import { Effect, Queue } from "effect"
-import type {
-  LockBackendShape,
-  LockPrimitives,
-  ReleaseResult,
-  TypeId as LockBackendTypeId
-} from "../../LockBackend.js"
+import type { LockBackendShape, LockPrimitives, ReleaseResult, TypeId as LockBackendTypeId } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
 import type { WaiterQueue } from "../waiting/waiterQueue.js"
@@ -39,10 +34,13 @@ export const backendOf = (service: LockBackendShape): Backend => service as Back
 export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape, never, Scope.Scope> =>
   Effect.gen(function*() {
     const logged = (what: string) => (effect: Effect.Effect<unknown, LockBackendError>) =>
-      Effect.catchAll(Effect.asVoid(effect), (error) =>
-        Effect.logWarning(`${what} failed; its lease will end on its own`, error).pipe(
-          Effect.annotateLogs({ backend: primitives.name })
-        ))
+      Effect.catchAll(
+        Effect.asVoid(effect),
+        (error) =>
+          Effect.logWarning(`${what} failed; its lease will end on its own`, error).pipe(
+            Effect.annotateLogs({ backend: primitives.name })
+          )
+      )
     const queue: WaiterQueue = makeWaiterQueue({
       onFirst: primitives.subscribe,
       onLast: primitives.unsubscribe,
@@ -51,13 +49,16 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
           logged(`Releasing lock "${request.key}" handed to a waiter that was interrupted`)
         )
     })
-    const deliver = Effect.flatMap(Queue.takeBetween(primitives.notifications, 1, Number.POSITIVE_INFINITY), (batch) =>
-      Effect.sync(() => {
-        for (const notification of batch) {
-          if (notification._tag === "Released") queue.notify(notification.key)
-          else queue.notifyEveryKey()
-        }
-      }))
+    const deliver = Effect.flatMap(
+      Queue.takeBetween(primitives.notifications, 1, Number.POSITIVE_INFINITY),
+      (batch) =>
+        Effect.sync(() => {
+          for (const notification of batch) {
+            if (notification._tag === "Released") queue.notify(notification.key)
+            else queue.notifyEveryKey()
+          }
+        })
+    )
     yield* Effect.forkScoped(Effect.interruptible(Effect.forever(deliver)))
     const renewals = yield* makeRenewals(primitives)
     const backend: Backend = {

@@ -102,7 +102,10 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
             return member.deliver(
               member.deadline <= now
                 ? unanswered
-                : { _tag: "Failed", error: failure(member.request, new Error("no reply before the earliest deadline of its batch")) }
+                : {
+                  _tag: "Failed",
+                  error: failure(member.request, new Error("no reply before the earliest deadline of its batch"))
+                }
             )
           }
           return member.deliver(outcomeOf(member.request, exit.value.value[i], startedAt))

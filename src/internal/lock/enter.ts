@@ -27,18 +27,21 @@ import { watch } from "./watchdog.js"
 /** The program run under a lock: an effect, or a function of the `Lease`. */
 export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
 
-/** How a fresh acquisition is attempted: once, or waiting. `undefined` means busy. */
-export type Attempt<E> = (
+/**
+ * How a fresh acquisition is attempted: once (`Busy` is `undefined`: it may find the lock busy), or
+ * waiting (`Busy` is `never`: it ends holding the lock, or fails).
+ */
+export type Attempt<E, Busy extends undefined> = (
   backend: Backend,
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore
-) => Effect.Effect<Acquired | undefined, E>
+) => Effect.Effect<Acquired | Busy, E>
 
-export const once: Attempt<LockBackendError> = (backend, request) =>
+export const once: Attempt<LockBackendError, undefined> = (backend, request) =>
   Effect.map(acquireOnce(backend, request), Option.getOrUndefined)
 
-export const waiting: Attempt<LockTimeoutError | LockBackendError> = acquireWaiting
+export const waiting: Attempt<LockTimeoutError | LockBackendError, never> = acquireWaiting
 
 /**
  * A program that is an Effect runs as one, even when it is callable too (a `Context.Tag` is both);
@@ -48,20 +51,25 @@ export const runProgram = <A, E, R>(program: Program<A, E, R>, hold: Hold): Effe
   Effect.isEffect(program) ? program : Effect.suspend(() => program(makeLease(hold)))
 
 /** A fresh hold on `key`, or `undefined` when attempting once and busy. Inside `uninterruptibleMask`. */
-const acquireFresh = <E>(
+const acquireFresh = <E, Busy extends undefined>(
   backend: Backend,
   key: string,
   options: ResolvedOptions,
-  attempt: Attempt<E>,
+  attempt: Attempt<E, Busy>,
   restore: Restore,
   scope: Scope.Scope | undefined
-): Effect.Effect<Hold | undefined, E> =>
+): Effect.Effect<Hold | Busy, E> =>
   Effect.suspend(() => {
-    const request: LockRequest = { key, owner: newOwnerId(), leaseMillis: options.leaseMillis, fencing: options.fencing }
+    const request: LockRequest = {
+      key,
+      owner: newOwnerId(),
+      leaseMillis: options.leaseMillis,
+      fencing: options.fencing
+    }
     return attempt(backend, request, options, restore).pipe(
-      Effect.flatMap((acquired) =>
+      Effect.flatMap((acquired): Effect.Effect<Hold | Busy> =>
         acquired === undefined
-          ? Effect.succeed(undefined)
+          ? Effect.succeed(acquired as Busy)
           : Effect.suspend(() => {
             const hold = makeHold(
               backend,
@@ -80,7 +88,6 @@ const acquireFresh = <E>(
     )
   })
 
-
 /** Run `program` as a reentry into `hold`: no backend call, and the hold's guard still applies. */
 const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
   Effect.uninterruptibleMask((restore) =>
@@ -98,20 +105,24 @@ const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<
   )
 
 /** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
-export const runLocked = <A, E, R, E2>(
+export const runLocked = <A, E, R, E2, Busy extends undefined>(
   key: string,
   options: ResolvedOptions,
-  attempt: Attempt<E2>,
+  attempt: Attempt<E2, Busy>,
   program: Program<A, E, R>
-): Effect.Effect<A | undefined, E | E2 | LockLostError, R | LockBackend> =>
+): Effect.Effect<A | Busy, E | E2 | LockLostError, R | LockBackend> =>
   Effect.flatMap(LockBackend, (service) => {
     const backend = backendOf(service)
     return Effect.flatMap(FiberRef.get(currentRegion), (region) => {
       const reentered = findHold(region, backend, key)
       if (reentered !== undefined) return reenter(reentered, program)
       return Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined), (hold) => {
-          if (hold === undefined) return Effect.succeed(undefined)
+        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined), (hold): Effect.Effect<
+          A | Busy,
+          E | E2 | LockLostError,
+          R
+        > => {
+          if (hold === undefined) return Effect.succeed(hold as Busy)
           return Effect.flatMap(
             Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
             (exit) => Effect.zipRight(releaseHold(hold), exit)
@@ -122,11 +133,11 @@ export const runLocked = <A, E, R, E2>(
   })
 
 /** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
-export const enterScoped = <E>(
+export const enterScoped = <E, Busy extends undefined>(
   key: string,
   options: ResolvedOptions,
-  attempt: Attempt<E>
-): Effect.Effect<Lease | undefined, E, LockBackend | Scope.Scope> =>
+  attempt: Attempt<E, Busy>
+): Effect.Effect<Lease | Busy, E, LockBackend | Scope.Scope> =>
   Effect.flatMap(LockBackend, (service) => {
     const backend = backendOf(service)
     return Effect.uninterruptibleMask((restore) =>
@@ -142,8 +153,10 @@ export const enterScoped = <E>(
             makeLease(reentered)
           )
         }
-        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope), (hold) =>
-          hold === undefined ? Effect.succeed(undefined) : Effect.as(
+        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope), (hold): Effect.Effect<
+          Lease | Busy
+        > =>
+          hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
             Effect.zipRight(
               Scope.addFinalizer(scope, releaseHold(hold)),
               // The rest of the scope is the hold's region: joiners of this fiber see it too.

@@ -35,20 +35,23 @@ export const runGuarded = <A, E, R>(
     return Effect.flatMap(start, (fiber) => {
       ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
       if (hold.state._tag !== "Held") fiber.unsafeInterruptAsFork(FiberId.none)
-      return Effect.flatMap(Effect.exit(restore(Fiber.await(fiber))), (awaited): Effect.Effect<A, E | LockLostError> => {
-        if (Exit.isFailure(awaited)) {
-          // The caller was interrupted: stop the program first, then pass the interruption on.
-          return Effect.zipRight(
-            Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded?.delete(fiber as never))),
-            Effect.failCause(awaited.cause)
-          )
+      return Effect.flatMap(
+        Effect.exit(restore(Fiber.await(fiber))),
+        (awaited): Effect.Effect<A, E | LockLostError> => {
+          if (Exit.isFailure(awaited)) {
+            // The caller was interrupted: stop the program first, then pass the interruption on.
+            return Effect.zipRight(
+              Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded?.delete(fiber as never))),
+              Effect.failCause(awaited.cause)
+            )
+          }
+          hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+          const exit = awaited.value
+          const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
+          if (ended !== undefined) return Effect.fail(ended)
+          return Effect.zipRight(Fiber.inheritAll(fiber), exit)
         }
-        hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
-        const exit = awaited.value
-        const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
-        if (ended !== undefined) return Effect.fail(ended)
-        return Effect.zipRight(Fiber.inheritAll(fiber), exit)
-      })
+      )
     })
   })
 

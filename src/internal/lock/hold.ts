@@ -108,7 +108,7 @@ const endedError = (hold: Hold): LockLostError | undefined => {
 
 const signalEnd = (hold: Hold, error: LockLostError) => {
   if (hold.lostSignal !== undefined) Deferred.unsafeDone(hold.lostSignal, Exit.fail(error))
-  if (hold.guarded !== undefined) for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none)
+  if (hold.guarded !== undefined) { for (const fiber of hold.guarded) fiber.unsafeInterruptAsFork(FiberId.none) }
 }
 
 /** Declare the hold lost: interrupt everything guarded by it, count and log it. */
@@ -176,7 +176,9 @@ export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
  */
 export const checkHeld = (hold: Hold): Effect.Effect<void, LockLostError> =>
   Effect.flatMap(nowMillis, (now) => {
-    if (hold.state._tag === "Held" && now >= hold.deadline) return Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold))
+    if (hold.state._tag === "Held" && now >= hold.deadline) {
+      return Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold))
+    }
     const ended = endedError(hold)
     return ended === undefined ? Effect.void : Effect.fail(ended)
   })

@@ -71,9 +71,7 @@ const live = (region: Region | undefined): Region | undefined => {
 const rebuild = (region: Region | undefined, keep: (hold: Hold) => boolean): Region | undefined => {
   const kept: Array<Hold> = []
   for (let node = region; node !== undefined; node = node.next) if (keep(node.hold)) kept.push(node.hold)
-  let rebuilt: Region | undefined = undefined
-  for (let i = kept.length - 1; i >= 0; i--) rebuilt = { hold: kept[i]!, next: rebuilt }
-  return rebuilt
+  return kept.reduceRight<Region | undefined>((next, hold) => ({ hold, next }), undefined)
 }
 
 /** The joiner keeps its region and gains the held, scoped holds the joined child acquired. */

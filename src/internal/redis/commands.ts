@@ -84,7 +84,9 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
     connections.whenConnected(
       () =>
         send(scripts.release, [layout.keysOf(request.key), request.owner], (reply) => {
-          if (reply !== -1) runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+          if (reply !== -1) {
+            runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+          }
         }, noReply),
       () => noReply(new Error("the connection is closed"))
     )
@@ -105,7 +107,11 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
           settled = true
           const result = script.decode(reply)
           if (!abandoned) {
-            resume(result === undefined ? Effect.fail(unexpectedReply(operation, request.key, reply)) : Effect.succeed(result))
+            resume(
+              result === undefined
+                ? Effect.fail(unexpectedReply(operation, request.key, reply))
+                : Effect.succeed(result)
+            )
           } else if (result !== undefined && took(result)) {
             compensate(request, "caller interrupted")
           }

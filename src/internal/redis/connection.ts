@@ -150,7 +150,11 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
         : typeof options.url === "string"
         ? options.url
         : Redacted.value(options.url)
-      const commandOptions: RedisOptions = { connectionName: "effect-lock", ...options.redis, ...ownOptions(commandTimeout) }
+      const commandOptions: RedisOptions = {
+        connectionName: "effect-lock",
+        ...options.redis,
+        ...ownOptions(commandTimeout)
+      }
       command = yield* openOwned(
         () => url === undefined ? new Redis(commandOptions) : new Redis(url, commandOptions),
         "command"
@@ -188,7 +192,9 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       return redisError(
         operation,
         key,
-        new Error(`Redis is not reachable: ${why}${last === undefined ? "" : ` (last connection error: ${last.message})`}`)
+        new Error(
+          `Redis is not reachable: ${why}${last === undefined ? "" : ` (last connection error: ${last.message})`}`
+        )
       )
     }
 
@@ -229,7 +235,9 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       Effect.suspend(() => {
         // The hot path: connected, and ioredis times the command out itself.
         if (clear()) {
-          return ownTimeout ? effect : withinBudget(effect, () => redisError(operation, key, new Error("Command timed out")))
+          return ownTimeout
+            ? effect
+            : withinBudget(effect, () => redisError(operation, key, new Error("Command timed out")))
         }
         let sent = false
         return withinBudget(

@@ -98,4 +98,11 @@ export const inspect = defineScript({
 })
 
 /** Every script the backend loads when it starts. */
-export const all: ReadonlyArray<Script<never, unknown>> = [acquire, renew, release, handOver, forceRelease, inspect] as never
+export const all: ReadonlyArray<Script<never, unknown>> = [
+  acquire,
+  renew,
+  release,
+  handOver,
+  forceRelease,
+  inspect
+] as never

@@ -62,7 +62,9 @@ export const loadScripts = async (
 ): Promise<void> => {
   await Promise.all(scripts.map(async (script) => {
     const sha = await client.script("LOAD", script.source)
-    if (sha !== script.sha) throw new Error(`SCRIPT LOAD of ${script.name}.lua returned ${String(sha)}, expected ${script.sha}`)
+    if (sha !== script.sha) {
+      throw new Error(`SCRIPT LOAD of ${script.name}.lua returned ${String(sha)}, expected ${script.sha}`)
+    }
   }))
 }
 

@@ -27,12 +27,14 @@ export interface Acquired {
 
 /** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
 const attempt = (backend: Backend, request: LockRequest) =>
-  Effect.flatMap(nowMillis, (startedAt) =>
-    Effect.map(backend.primitives.tryAcquire(request), (result) =>
-      result._tag === "Acquired"
-        ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
-        : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const)
-    ))
+  Effect.flatMap(
+    nowMillis,
+    (startedAt) =>
+      Effect.map(backend.primitives.tryAcquire(request), (result) =>
+        result._tag === "Acquired"
+          ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
+          : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const))
+  )
 
 export const acquireOnce = (
   backend: Backend,
@@ -54,8 +56,10 @@ export const acquireWaiting = (
   // Fibers of this process already wait for the key: queue up behind them, first in, first out,
   // rather than barge in with an attempt that would be refused anyway (or win against them).
   if (options.waitMillis > 0 && backend.queue.waitersOn(request.key) > 0) return slowPath(undefined, false)
-  return Effect.flatMap(attempt(backend, request), (first) =>
-    first._tag === "Acquired" ? Effect.succeed(first) : slowPath(first.ttlMillis, true))
+  return Effect.flatMap(
+    attempt(backend, request),
+    (first) => first._tag === "Acquired" ? Effect.succeed(first) : slowPath(first.ttlMillis, true)
+  )
 }
 
 /**
