@@ -16,13 +16,10 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
+import type { Duration, Schedule, Scope } from "effect"
 import { Effect, FiberRef, Option } from "effect"
-import type { Program } from "./internal/lock/enter.js"
 import { enterScoped, once, runLocked, waiting } from "./internal/lock/enter.js"
-import type { Lease } from "./internal/lock/lease.js"
 import { makeLease } from "./internal/lock/lease.js"
-import type { BusyInfo, LockOptions } from "./internal/lock/options.js"
 import { resolveOptions, validateKey } from "./internal/lock/options.js"
 import { currentRegion, findKey } from "./internal/lock/region.js"
 import { withSpan } from "./internal/tracing.js"
@@ -30,31 +27,96 @@ import { LockBackend } from "./LockBackend.js"
 import type { LockInfo } from "./LockBackend.js"
 import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "./LockError.js"
 
-export type {
+/**
+ * @since 0.1.0
+ * @category options
+ */
+export interface LockOptions {
   /**
-   * @since 0.1.0
-   * @category models
+   * How long the lease lasts without renewal: a whole number of milliseconds, at most 2^31 - 1
+   * (24.8 days). Default 30 seconds.
    */
-  BusyInfo,
+  readonly lease?: Duration.DurationInput | undefined
   /**
-   * @since 0.1.0
-   * @category models
+   * Renew the lease in the background while the lock is held. `true` (default) renews every
+   * lease/3; a duration renews at that period; `false` lets the lease end on its own, and losing it
+   * then interrupts the program. A renewal must come due at least one drift margin before the local
+   * deadline: the period is at most `lease - 2 × drift` (drift = 1 % of the lease + 2 ms), so that a
+   * backend that answers never loses the lock.
    */
-  Lease,
+  readonly renew?: boolean | Duration.DurationInput | undefined
   /**
-   * @since 0.1.0
-   * @category options
+   * How long to wait for the lock: a whole number of milliseconds, or `Infinity`. Default: no limit
+   * (the wait stays interruptible).
    */
-  LockOptions,
+  readonly wait?: Duration.DurationInput | undefined
   /**
-   * The program run under a lock: an effect, or a function of the `Lease` (for its fencing token).
-   * An effect that is also callable (a `Context.Tag`) runs as an effect.
-   *
-   * @since 0.1.0
-   * @category models
+   * The schedule between attempts while waiting. Release notifications and the holder's remaining
+   * lease wake the waiter earlier; the schedule is the safety net. When it stops recurring, the
+   * acquisition fails with `LockTimeoutError` (`reason: "retries-exhausted"`). Its input is a
+   * {@link BusyInfo}. Default: exponential from 20 ms, doubling, capped at 1 s, jittered.
    */
-  Program
+  readonly retry?: Schedule.Schedule<unknown, BusyInfo> | undefined
+  /** Draw a fencing token on every fresh acquisition. Default true. */
+  readonly fencing?: boolean | undefined
 }
+
+/**
+ * What the retry schedule is fed after each failed attempt.
+ *
+ * @since 0.1.0
+ * @category options
+ */
+export interface BusyInfo {
+  readonly key: string
+  readonly attempt: number
+  /** The holder's remaining lease, `undefined` when the lock has no expiry. */
+  readonly holderTtlMillis: number | undefined
+}
+
+/**
+ * A held lock, as the program inside it sees it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Lease {
+  readonly key: string
+  /** The owner id sent to the backend, `<process uuid>:<n>`: fresh per hold, shared by its reentries. */
+  readonly owner: string
+  /**
+   * Strictly increasing per key across every client, issued on each fresh acquisition (a reentry
+   * shares its outer lease's token). `0n` when the lock was taken with `fencing: false`.
+   */
+  readonly fencingToken: bigint
+  /** How many times the owner had entered the lock when this lease was handed out (1 = outermost). */
+  readonly holdCount: number
+  /** Clock time (ms) at which the acquiring round trip started. */
+  readonly acquiredAt: number
+  /**
+   * Fails with `LockLostError` when the lock is lost (or, with reason `released`, once its scope
+   * has released it); never succeeds.
+   */
+  readonly lost: Effect.Effect<never, LockLostError>
+  /** Whether the lock is still held: not lost, not released, and its local deadline not passed. */
+  readonly isHeld: Effect.Effect<boolean>
+  /** Time left until the local deadline, in whole milliseconds (zero once lost or released). */
+  readonly remaining: Effect.Effect<Duration.Duration>
+  /**
+   * Run an effect only while the lock is held: it is interrupted with `LockLostError` on loss, and
+   * refused (`LockLostError`, reason `released`) once the lease's scope has released it.
+   */
+  readonly guard: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | LockLostError, R>
+}
+
+/**
+ * The program run under a lock: an effect, or a function of the `Lease` (for its fencing token).
+ * An effect that is also callable (a `Context.Tag`) runs as an effect.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
 
 /**
  * Every error `withLock` adds to the program's own.

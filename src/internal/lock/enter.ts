@@ -5,6 +5,7 @@
  * `Lock.acquire`.
  */
 import { Effect, FiberRef, Metric, Option, Scope } from "effect"
+import type { Lease, Program } from "../../Lock.js"
 import type { LockRequest } from "../../LockBackend.js"
 import { LockBackend } from "../../LockBackend.js"
 import type { LockBackendError, LockLostError, LockTimeoutError } from "../../LockError.js"
@@ -18,14 +19,10 @@ import { acquireOnce, acquireWaiting } from "../waiting/acquire.js"
 import { runGuarded } from "./guard.js"
 import type { Hold } from "./hold.js"
 import { makeHold, releaseHold } from "./hold.js"
-import type { Lease } from "./lease.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
 import { watch } from "./watchdog.js"
-
-/** The program run under a lock: an effect, or a function of the `Lease`. */
-export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
 
 /**
  * How a fresh acquisition is attempted: once (`Busy` is `undefined`: it may find the lock busy), or

@@ -4,54 +4,8 @@
  */
 import { Duration, Effect, Schedule } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
+import type { BusyInfo, LockOptions } from "../../Lock.js"
 import { LockOptionsError } from "../../LockError.js"
-
-/**
- * @since 0.1.0
- * @category options
- */
-export interface LockOptions {
-  /**
-   * How long the lease lasts without renewal: a whole number of milliseconds, at most 2^31 - 1
-   * (24.8 days). Default 30 seconds.
-   */
-  readonly lease?: Duration.DurationInput | undefined
-  /**
-   * Renew the lease in the background while the lock is held. `true` (default) renews every
-   * lease/3; a duration renews at that period; `false` lets the lease end on its own, and losing it
-   * then interrupts the program. A renewal must come due at least one drift margin before the local
-   * deadline: the period is at most `lease - 2 × drift` (drift = 1 % of the lease + 2 ms), so that a
-   * backend that answers never loses the lock.
-   */
-  readonly renew?: boolean | Duration.DurationInput | undefined
-  /**
-   * How long to wait for the lock: a whole number of milliseconds, or `Infinity`. Default: no limit
-   * (the wait stays interruptible).
-   */
-  readonly wait?: Duration.DurationInput | undefined
-  /**
-   * The schedule between attempts while waiting. Release notifications and the holder's remaining
-   * lease wake the waiter earlier; the schedule is the safety net. When it stops recurring, the
-   * acquisition fails with `LockTimeoutError` (`reason: "retries-exhausted"`). Its input is a
-   * {@link BusyInfo}. Default: exponential from 20 ms, doubling, capped at 1 s, jittered.
-   */
-  readonly retry?: Schedule.Schedule<unknown, BusyInfo> | undefined
-  /** Draw a fencing token on every fresh acquisition. Default true. */
-  readonly fencing?: boolean | undefined
-}
-
-/**
- * What the retry schedule is fed after each failed attempt.
- *
- * @since 0.1.0
- * @category options
- */
-export interface BusyInfo {
-  readonly key: string
-  readonly attempt: number
-  /** The holder's remaining lease, `undefined` when the lock has no expiry. */
-  readonly holderTtlMillis: number | undefined
-}
 
 /** Options after validation, in milliseconds. */
 export interface ResolvedOptions {
