@@ -15,7 +15,7 @@
  * locks are all released has nothing left that keeps Node running.
  */
 import type { Fiber, Scope } from "effect"
-import { Cause, Deferred, Effect, Exit, FiberId, Option } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, FiberSet, Option } from "effect"
 import type { LockPrimitives, LockRequest, RenewOutcome } from "../../LockBackend.js"
 import { LockBackendError } from "../../LockError.js"
 import { nowMillis, sleepMillis, wholeMillis } from "../time.js"
@@ -41,7 +41,7 @@ export interface Member {
 
 export interface Renewals {
   /** Put `member` in the bucket of instant `at`; the returned function takes it out again (if not sent yet). */
-  readonly schedule: (member: Member, at: number) => Effect.Effect<() => void>
+  readonly schedule: (member: Member, at: number) => () => void
   /** Renew `request` at `at` with everything due then, and wait for the outcome. Interrupting withdraws it. */
   readonly renewAt: (request: LockRequest, at: number, deadline: number) => Effect.Effect<Renewal>
   /** Count a hold as watched until the returned function is called (idempotent). */
@@ -61,7 +61,8 @@ const unanswered: Renewal = { _tag: "Overdue", attempted: true }
 
 export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const scope = yield* Effect.scope
+    // The bucket timers run in the backend's scope (and are interrupted when it closes).
+    const runFork = yield* FiberSet.makeRuntime<never, void, never>()
     const buckets = new Map<number, Bucket>()
     let watched = 0
     let idleCheck = false
@@ -112,7 +113,7 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
         }, { discard: true })
       })
 
-    const fire = (at: number, bucket: Bucket) =>
+    const fire = (at: number, bucket: Bucket): Effect.Effect<void> =>
       Effect.zipRight(
         Effect.flatMap(nowMillis, (now) => sleepMillis(at - now)),
         Effect.suspend(() => {
@@ -140,25 +141,20 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
       buckets.clear()
     }
 
-    const schedule = (member: Member, at: number): Effect.Effect<() => void> =>
-      Effect.suspend(() => {
-        let bucket = buckets.get(at)
-        const opened = bucket === undefined
-        if (bucket === undefined) {
-          bucket = { members: new Set(), fiber: undefined }
-          buckets.set(at, bucket)
-        }
-        bucket.members.add(member)
-        const joined = bucket
-        const cancel = () => {
-          joined.members.delete(member)
-        }
-        if (!opened) return Effect.succeed(cancel)
-        return Effect.map(Effect.forkIn(Effect.interruptible(fire(at, joined)), scope), (fiber) => {
-          joined.fiber = fiber
-          return cancel
-        })
-      })
+    const schedule = (member: Member, at: number): () => void => {
+      let bucket = buckets.get(at)
+      if (bucket === undefined) {
+        const opened: Bucket = { members: new Set(), fiber: undefined }
+        buckets.set(at, opened)
+        opened.fiber = runFork(fire(at, opened))
+        bucket = opened
+      }
+      const joined = bucket
+      joined.members.add(member)
+      return () => {
+        joined.members.delete(member)
+      }
+    }
 
     const renewAt = (request: LockRequest, at: number, deadline: number): Effect.Effect<Renewal> =>
       Effect.uninterruptibleMask((restore) =>
@@ -169,10 +165,8 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
             deadline,
             deliver: (renewal) => Effect.sync(() => Deferred.unsafeDone(done, Exit.succeed(renewal)))
           }
-          return Effect.flatMap(
-            schedule(member, at),
-            (cancel) => Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(cancel))
-          )
+          const cancel = schedule(member, at)
+          return Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(cancel))
         })
       )
 

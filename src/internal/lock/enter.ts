@@ -67,18 +67,18 @@ const acquireFresh = <E, Busy extends undefined>(
       Effect.flatMap((acquired): Effect.Effect<Hold | Busy> =>
         acquired === undefined
           ? Effect.succeed(acquired as Busy)
-          : Effect.suspend(() => {
+          : Effect.withFiberRuntime((fiber) => {
             const hold = makeHold(
               backend,
-              key,
-              request.owner,
+              request,
               options,
               acquired.fencingToken,
               acquired.startedAt,
-              scope !== undefined,
-              scope
+              scope,
+              fiber.getFiberRef(FiberRef.currentLogAnnotations)
             )
-            return Effect.as(Effect.zipRight(Metric.increment(metrics.acquisitions), watch(hold)), hold)
+            watch(hold)
+            return Effect.as(Metric.increment(metrics.acquisitions), hold)
           })
       ),
       withSpan("effect-lock.acquire", { key, backend: backend.name })
@@ -96,7 +96,10 @@ const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<
       const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
       return Effect.zipRight(
         Metric.increment(metrics.reentries),
-        Effect.ensuring(run, Effect.sync(() => hold.count--))
+        Effect.flatMap(Effect.exit(run), (exit) => {
+          hold.count--
+          return exit
+        })
       )
     })
   )

@@ -16,7 +16,8 @@
  * reentries. Reentries are tracked here, in process; the backend sees one hold count per hold.
  */
 import { Cause, Deferred, Duration, Effect, Exit, FiberId, Metric, Scope } from "effect"
-import type { Fiber } from "effect"
+import type { Fiber, HashMap } from "effect"
+import type { LockRequest } from "../../LockBackend.js"
 import type { LostReason } from "../../LockError.js"
 import { LockLostError } from "../../LockError.js"
 import type { Backend } from "../backend/make.js"
@@ -33,6 +34,8 @@ export interface Hold {
   readonly key: string
   /** The owner id sent to the backend, `<process uuid>:<n>`. */
   readonly owner: string
+  /** What the hold asks the backend for: its key, owner, lease and fencing (renewals reuse it). */
+  readonly request: LockRequest
   readonly backend: Backend
   readonly options: ResolvedOptions
   readonly fencingToken: bigint
@@ -40,6 +43,8 @@ export interface Hold {
   readonly acquiredAt: number
   /** Acquired into a scope (`Lock.acquire`) rather than for a program (`withLock`). */
   readonly scoped: boolean
+  /** The acquiring fiber's log annotations: the watchdog logs with them. */
+  readonly annotations: HashMap.HashMap<string, unknown>
   state: HoldState
   count: number
   /** Local deadline (Clock millis): last confirmed acquire/renew start + lease - drift. */
@@ -55,29 +60,33 @@ export interface Hold {
    * starts, closed by `releaseHold`.
    */
   ownScope: Scope.CloseableScope | undefined
-  /** Stop watching the hold (idempotent): set by the watchdog. */
-  unwatch: () => void
+  /**
+   * Stop watching the hold (idempotent): set by the watchdog. Returns what tells the renewal
+   * scheduler the hold is gone (call it once the release is done).
+   */
+  unwatch: () => () => void
 }
 
 const held: HoldState = { _tag: "Held" }
 
 export const makeHold = (
   backend: Backend,
-  key: string,
-  owner: string,
+  request: LockRequest,
   options: ResolvedOptions,
   fencingToken: bigint,
   startedAt: number,
-  scoped: boolean,
-  scope: Scope.Scope | undefined
+  scope: Scope.Scope | undefined,
+  annotations: HashMap.HashMap<string, unknown>
 ): Hold => ({
-  key,
-  owner,
+  key: request.key,
+  owner: request.owner,
+  request,
   backend,
   options,
   fencingToken,
   acquiredAt: startedAt,
-  scoped,
+  scoped: scope !== undefined,
+  annotations,
   state: held,
   count: 1,
   deadline: startedAt + options.leaseMillis - options.driftMillis,
@@ -85,7 +94,7 @@ export const makeHold = (
   guarded: undefined,
   scope,
   ownScope: undefined,
-  unwatch: constVoid
+  unwatch: () => constVoid
 })
 
 const constVoid = () => {}
@@ -117,7 +126,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     if (hold.state._tag !== "Held") return Effect.void
     const error = lostError(hold, reason, now, cause)
     hold.state = { _tag: "Lost", error }
-    hold.unwatch()
+    hold.unwatch()()
     signalEnd(hold, error)
     return Effect.zipRight(
       Metric.increment(metrics.lost),
@@ -134,7 +143,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
 export const releaseHold = (hold: Hold): Effect.Effect<void> =>
   Effect.flatMap(nowMillis, (now) => {
     if (hold.state._tag === "Released") return Effect.void
-    hold.unwatch()
+    const untrack = hold.unwatch()
     if (hold.state._tag === "Held") {
       hold.state = { _tag: "Released", at: now }
       if (hold.lostSignal !== undefined || (hold.guarded !== undefined && hold.guarded.size > 0)) {
@@ -152,7 +161,11 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
       )
     )
     // Stop the watchdog first: no renewal may follow the release.
-    return hold.ownScope !== undefined ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), release) : release
+    const stopped = hold.ownScope !== undefined
+      ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), release)
+      : release
+    // The release never fails and runs uninterruptibly (a finaliser, or inside withLock's mask).
+    return Effect.zipRight(stopped, Effect.sync(untrack))
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>

@@ -16,8 +16,7 @@
  * when that instant comes. Most locks are held for less than a renew period; they never pay for a
  * fiber, a scope or a timer of their own.
  */
-import { Effect, Metric, Scope } from "effect"
-import type { LockRequest } from "../../LockBackend.js"
+import { Effect, FiberRef, Metric, Scope } from "effect"
 import type { Renewal } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
@@ -35,13 +34,6 @@ const nextDue = (from: number, renewMillis: number) => {
   return Math.max(from + 1, Math.floor((from + renewMillis) / grid) * grid)
 }
 
-const requestOf = (hold: Hold): LockRequest => ({
-  key: hold.key,
-  owner: hold.owner,
-  leaseMillis: hold.options.leaseMillis,
-  fencing: hold.options.fencing
-})
-
 /**
  * The watchdog fiber's life, from the outcome of its first renewal (or, with `renew: false`, of its
  * deadline) on. Returns when the hold is lost; its scope interrupts it otherwise.
@@ -49,7 +41,7 @@ const requestOf = (hold: Hold): LockRequest => ({
 const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { options } = hold
-    const request = requestOf(hold)
+    const { request } = hold
     let renewal = first
     let lastError: unknown = undefined
     while (hold.state._tag === "Held") {
@@ -95,9 +87,13 @@ const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
 const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (hold.state._tag !== "Held") return Effect.void
+    // Started by the renewal scheduler, it logs with the annotations of the fiber that acquired.
     const fork = (scope: Scope.Scope) =>
       hold.state._tag === "Held"
-        ? Effect.asVoid(Effect.forkIn(Effect.interruptible(watchdog(hold, first)), scope))
+        ? Effect.asVoid(Effect.forkIn(
+          Effect.interruptible(Effect.locally(watchdog(hold, first), FiberRef.currentLogAnnotations, hold.annotations)),
+          scope
+        ))
         : Effect.void
     if (hold.scope !== undefined) return fork(hold.scope)
     return Effect.flatMap(Scope.make(), (scope) => {
@@ -109,30 +105,27 @@ const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
 /**
  * Watch `hold` from now until it ends (`hold.unwatch()`, called when it is released or lost): its
  * first renewal (or its deadline, with `renew: false`) is scheduled, and the watchdog fiber starts
- * when that comes due.
+ * when that comes due. `unwatch` returns `untrack`, which tells the scheduler the hold is gone; the
+ * release calls it once its round trip is over, so that a loop that takes one lock after another
+ * never finds the backend idle in between (the scheduler would stop its timers).
  */
-export const watch = (hold: Hold): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const { renewals } = hold.backend
-    const renewing = hold.options.renewMillis > 0
-    const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
-    const untrack = renewals.track()
-    metrics.watchdogs.unsafeModify(1, [])
-    return Effect.map(
-      renewals.schedule({
-        request: renewing ? requestOf(hold) : undefined,
-        deadline: hold.deadline,
-        deliver: (renewal) => start(hold, renewal)
-      }, at),
-      (cancel) => {
-        hold.unwatch = () => {
-          hold.unwatch = constVoid
-          cancel()
-          untrack()
-          metrics.watchdogs.unsafeModify(-1, [])
-        }
-      }
-    )
-  })
+export const watch = (hold: Hold): void => {
+  const { renewals } = hold.backend
+  const renewing = hold.options.renewMillis > 0
+  const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
+  const untrack = renewals.track()
+  metrics.watchdogs.unsafeModify(1, [])
+  const cancel = renewals.schedule({
+    request: renewing ? hold.request : undefined,
+    deadline: hold.deadline,
+    deliver: (renewal) => start(hold, renewal)
+  }, at)
+  hold.unwatch = () => {
+    hold.unwatch = () => constVoid
+    cancel()
+    metrics.watchdogs.unsafeModify(-1, [])
+    return untrack
+  }
+}
 
 const constVoid = () => {}
