@@ -17,7 +17,10 @@ const settle = Effect.repeatN(Effect.yieldNow(), 50)
 const occupy = (t: Instrumented, key: string, leaseMillis: number) =>
   t.inner.tryAcquire({ key, owner: "foreign:1", leaseMillis, fencing: true })
 
-const activeWatchdogs = Effect.map(Metric.value(metrics.watchdogs), (state) => state.value)
+const activeWatchdogs = Effect.map(
+  Metric.value(Metric.tagged(metrics.watchdogs, "backend", "memory")),
+  (state) => state.value
+)
 
 describe("acquire and wait (§2.1)", () => {
   it.scoped("a free lock costs exactly one backend attempt", () =>
@@ -52,7 +55,7 @@ describe("acquire and wait (§2.1)", () => {
       const t = yield* makeInstrumented
       const order: Array<number> = []
       const tokens: Array<bigint> = []
-      const handOversBefore = (yield* Metric.value(metrics.handOvers)).count
+      const handOversBefore = (yield* Metric.value(Metric.tagged(metrics.handOvers, "backend", "memory"))).count
       const gates = [0, 1, 2, 3].map(() => Effect.runSync(Deferred.make<void>()))
       const holder = (i: number) =>
         withLock("k", (lease) =>
@@ -82,7 +85,10 @@ describe("acquire and wait (§2.1)", () => {
       yield* Effect.forEach(fibers, Fiber.join)
       assert.deepStrictEqual(order, [0, 1, 2, 3])
       assert.deepStrictEqual(tokens, [1n, 2n, 3n, 4n], "every hand-over draws the next fencing token")
-      assert.strictEqual((yield* Metric.value(metrics.handOvers)).count - handOversBefore, 3)
+      assert.strictEqual(
+        (yield* Metric.value(Metric.tagged(metrics.handOvers, "backend", "memory"))).count - handOversBefore,
+        3
+      )
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
@@ -435,10 +441,13 @@ describe("release (§2.4)", () => {
     Effect.gen(function*() {
       const t = yield* makeInstrumented
       t.failReleases = true
-      const before = (yield* Metric.value(metrics.releaseFailures)).count
+      const before = (yield* Metric.value(Metric.tagged(metrics.releaseFailures, "backend", "memory"))).count
       const result = yield* withLock("k", Effect.succeed("ok"), { lease: "5 seconds" }).pipe(Effect.provide(t.layer))
       assert.strictEqual(result, "ok")
-      assert.strictEqual((yield* Metric.value(metrics.releaseFailures)).count, before + 1)
+      assert.strictEqual(
+        (yield* Metric.value(Metric.tagged(metrics.releaseFailures, "backend", "memory"))).count,
+        before + 1
+      )
       assert.strictEqual(yield* t.backend.lockCount, 1, "the lock stays until its lease ends")
       assert.strictEqual(yield* activeWatchdogs, 0, "but nobody renews it")
       yield* TestClock.adjust(5_000)

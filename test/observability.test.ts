@@ -32,11 +32,13 @@ describe("observability", () => {
 
   it.effect("acquisitions and reentries are counted", () =>
     Effect.gen(function*() {
-      const before = (yield* Metric.value(metrics.acquisitions)).count
-      const reentriesBefore = (yield* Metric.value(metrics.reentries)).count
+      const acquisitions = Metric.tagged(metrics.acquisitions, "backend", "memory")
+      const reentries = Metric.tagged(metrics.reentries, "backend", "memory")
+      const before = (yield* Metric.value(acquisitions)).count
+      const reentriesBefore = (yield* Metric.value(reentries)).count
       yield* withLock("counted", withLock("counted", Effect.void))
-      assert.strictEqual((yield* Metric.value(metrics.acquisitions)).count, before + 1)
-      assert.strictEqual((yield* Metric.value(metrics.reentries)).count, reentriesBefore + 1)
+      assert.strictEqual((yield* Metric.value(acquisitions)).count, before + 1)
+      assert.strictEqual((yield* Metric.value(reentries)).count, reentriesBefore + 1)
     }).pipe(Effect.provide(MemoryBackend.layer)))
 })
 

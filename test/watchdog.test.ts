@@ -10,7 +10,10 @@ import * as metrics from "../src/internal/metrics.js"
 import { makeInstrumented } from "./support/instrumented.js"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 50)
-const activeWatchdogs = Effect.map(Metric.value(metrics.watchdogs), (state) => state.value)
+const activeWatchdogs = Effect.map(
+  Metric.value(Metric.tagged(metrics.watchdogs, "backend", "memory")),
+  (state) => state.value
+)
 
 describe("watchdog", () => {
   it.scoped("holds with different leases each renew on their own period, and stop on release", () =>

@@ -1,5 +1,17 @@
-/** Metrics, all named `effect_lock_*`. */
+/**
+ * Metrics, all named `effect_lock_*` and tagged with the backend's name (`backend`): never with
+ * the key, whose cardinality is unbounded. The lock code updates them synchronously
+ * (`unsafeUpdate`) with the backend's labels, rather than through an effect per update.
+ */
+import type { MetricLabel } from "effect"
 import { Metric } from "effect"
+
+/** Add one to a counter (or a gauge) for `labels`. */
+export const count = (
+  metric: { readonly unsafeModify: (input: number, extraTags: ReadonlyArray<MetricLabel.MetricLabel>) => void },
+  labels: ReadonlyArray<MetricLabel.MetricLabel>,
+  by = 1
+): void => metric.unsafeModify(by, labels)
 
 export const acquisitions = Metric.counter("effect_lock_acquisitions_total", {
   description: "Fresh acquisitions (reentrant entries excluded)"

@@ -10,7 +10,8 @@
  *   together, 100 to a `primitives.renew` call.
  */
 import type { Scope } from "effect"
-import { Effect, Queue } from "effect"
+import type { MetricLabel as MetricLabelType } from "effect"
+import { Effect, MetricLabel, Queue } from "effect"
 import type { LockBackendShape, LockPrimitives, ReleaseResult, TypeId as LockBackendTypeId } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
@@ -23,6 +24,8 @@ export const TypeId: LockBackendTypeId = Symbol.for("effect-lock/LockBackend") a
 
 /** The service as the lock code sees it. Every `LockBackendShape` is one: only `make` builds them. */
 export interface Backend extends LockBackendShape {
+  /** The metric labels of this backend: `backend=<name>`. */
+  readonly labels: ReadonlyArray<MetricLabelType.MetricLabel>
   readonly queue: WaiterQueue
   readonly renewals: Renewals
   /** Release one hold, handing the lock to a local waiter where the backend can. */
@@ -41,11 +44,12 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
             Effect.annotateLogs({ backend: primitives.name })
           )
       )
+    const labels = [MetricLabel.make("backend", primitives.name)]
     const queue: WaiterQueue = makeWaiterQueue({
       onFirst: primitives.subscribe,
       onLast: primitives.unsubscribe,
       onOrphan: (request) =>
-        releaseHandingOver(queue, primitives, request.key, request.owner).pipe(
+        releaseHandingOver(queue, primitives, labels, request.key, request.owner).pipe(
           logged(`Releasing lock "${request.key}" handed to a waiter that was interrupted`)
         )
     })
@@ -64,10 +68,11 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
     const backend: Backend = {
       [TypeId]: TypeId,
       name: primitives.name,
+      labels,
       primitives,
       queue,
       renewals,
-      release: (key, owner) => releaseHandingOver(queue, primitives, key, owner)
+      release: (key, owner) => releaseHandingOver(queue, primitives, labels, key, owner)
     }
     return backend
   })

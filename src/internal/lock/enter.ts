@@ -4,7 +4,8 @@
  * it when its region ends: after the program for `withLock`, when the caller's scope closes for
  * `Lock.acquire`.
  */
-import { Effect, FiberRef, Metric, Option, Scope } from "effect"
+import type { Fiber } from "effect"
+import { Context, Effect, FiberRef, Option, Scope } from "effect"
 import type { Lease, Program } from "../../Lock.js"
 import type { LockRequest } from "../../LockBackend.js"
 import { LockBackend } from "../../LockBackend.js"
@@ -13,7 +14,7 @@ import type { Backend } from "../backend/make.js"
 import { backendOf } from "../backend/make.js"
 import * as metrics from "../metrics.js"
 import type { Restore } from "../restore.js"
-import { withSpan } from "../tracing.js"
+import { isTracing } from "../tracing.js"
 import type { Acquired } from "../waiting/acquire.js"
 import { acquireOnce, acquireWaiting } from "../waiting/acquire.js"
 import { runGuarded } from "./guard.js"
@@ -54,7 +55,8 @@ const acquireFresh = <E, Busy extends undefined>(
   options: ResolvedOptions,
   attempt: Attempt<E, Busy>,
   restore: Restore,
-  scope: Scope.Scope | undefined
+  scope: Scope.Scope | undefined,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
 ): Effect.Effect<Hold | Busy, E> =>
   Effect.suspend(() => {
     const request: LockRequest = {
@@ -63,46 +65,47 @@ const acquireFresh = <E, Busy extends undefined>(
       leaseMillis: options.leaseMillis,
       fencing: options.fencing
     }
-    return attempt(backend, request, options, restore).pipe(
-      Effect.flatMap((acquired): Effect.Effect<Hold | Busy> =>
-        acquired === undefined
-          ? Effect.succeed(acquired as Busy)
-          : Effect.withFiberRuntime((fiber) => {
-            const hold = makeHold(
-              backend,
-              request,
-              options,
-              acquired.fencingToken,
-              acquired.startedAt,
-              scope,
-              fiber.getFiberRef(FiberRef.currentLogAnnotations)
-            )
-            watch(hold)
-            return Effect.as(Metric.increment(metrics.acquisitions), hold)
-          })
-      ),
-      withSpan("effect-lock.acquire", { key, backend: backend.name })
-    )
+    const acquiring = Effect.map(attempt(backend, request, options, restore), (acquired): Hold | Busy => {
+      if (acquired === undefined) return acquired as Busy
+      const hold = makeHold(
+        backend,
+        request,
+        options,
+        acquired.fencingToken,
+        acquired.startedAt,
+        scope,
+        fiber.getFiberRef(FiberRef.currentLogAnnotations)
+      )
+      watch(hold)
+      metrics.count(metrics.acquisitions, backend.labels)
+      return hold
+    })
+    return isTracing(fiber)
+      ? Effect.withSpan(acquiring, "effect-lock.acquire", {
+        attributes: { key, backend: backend.name },
+        captureStackTrace: false
+      })
+      : acquiring
   })
 
 /** Run `program` as a reentry into `hold`: no backend call, and the hold's guard still applies. */
-const reenter = <A, E, R>(hold: Hold, program: Program<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.withFiberRuntime<A, E | LockLostError, R>((fiber) => {
-      hold.count++
-      // From the fiber that already runs guarded by this hold no guard fiber of its own is needed:
-      // a loss interrupts this very fiber, and the outer withLock reports it.
-      const inPlace = hold.guarded?.has(fiber as never) === true
-      const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
-      return Effect.zipRight(
-        Metric.increment(metrics.reentries),
-        Effect.flatMap(Effect.exit(run), (exit) => {
-          hold.count--
-          return exit
-        })
-      )
+const reenter = <A, E, R>(
+  hold: Hold,
+  program: Program<A, E, R>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): Effect.Effect<A, E | LockLostError, R> =>
+  Effect.uninterruptibleMask((restore) => {
+    hold.count++
+    metrics.count(metrics.reentries, hold.backend.labels)
+    // From the fiber that already runs guarded by this hold no guard fiber of its own is needed:
+    // a loss interrupts this very fiber, and the outer withLock reports it.
+    const inPlace = hold.guarded?.has(fiber) === true
+    const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
+    return Effect.flatMap(Effect.exit(run), (exit) => {
+      hold.count--
+      return exit
     })
-  )
+  })
 
 /** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
 export const runLocked = <A, E, R, E2, Busy extends undefined>(
@@ -111,25 +114,25 @@ export const runLocked = <A, E, R, E2, Busy extends undefined>(
   attempt: Attempt<E2, Busy>,
   program: Program<A, E, R>
 ): Effect.Effect<A | Busy, E | E2 | LockLostError, R | LockBackend> =>
-  Effect.flatMap(LockBackend, (service) => {
-    const backend = backendOf(service)
-    return Effect.flatMap(FiberRef.get(currentRegion), (region) => {
-      const reentered = findHold(region, backend, key)
-      if (reentered !== undefined) return reenter(reentered, program)
-      return Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined), (hold): Effect.Effect<
-          A | Busy,
-          E | E2 | LockLostError,
-          R
-        > => {
-          if (hold === undefined) return Effect.succeed(hold as Busy)
-          return Effect.flatMap(
-            Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
-            (exit) => Effect.zipRight(releaseHold(hold), exit)
-          )
-        })
-      )
-    })
+  // The backend and the region are read from the fiber synchronously: this is the hot path.
+  Effect.withFiberRuntime((fiber) => {
+    const backend = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
+    const region = fiber.getFiberRef(currentRegion)
+    const reentered = findHold(region, backend, key)
+    if (reentered !== undefined) return reenter(reentered, program, fiber)
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined, fiber), (hold): Effect.Effect<
+        A | Busy,
+        E | E2 | LockLostError,
+        R
+      > => {
+        if (hold === undefined) return Effect.succeed(hold as Busy)
+        return Effect.flatMap(
+          Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
+          (exit) => Effect.zipRight(releaseHold(hold), exit)
+        )
+      })
+    )
   })
 
 /** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
@@ -138,35 +141,30 @@ export const enterScoped = <E, Busy extends undefined>(
   options: ResolvedOptions,
   attempt: Attempt<E, Busy>
 ): Effect.Effect<Lease | Busy, E, LockBackend | Scope.Scope> =>
-  Effect.flatMap(LockBackend, (service) => {
-    const backend = backendOf(service)
-    return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(Effect.zip(Effect.scope, FiberRef.get(currentRegion)), ([scope, region]) => {
-        const reentered = findHold(region, backend, key)
-        if (reentered !== undefined) {
-          reentered.count++
-          return Effect.as(
+  Effect.withFiberRuntime((fiber) => {
+    const backend = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
+    const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
+    const region = fiber.getFiberRef(currentRegion)
+    return Effect.uninterruptibleMask((restore) => {
+      const reentered = findHold(region, backend, key)
+      if (reentered !== undefined) {
+        reentered.count++
+        metrics.count(metrics.reentries, backend.labels)
+        return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
+      }
+      return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope, fiber), (hold): Effect.Effect<
+        Lease | Busy
+      > =>
+        hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
+          Effect.zipRight(
+            Scope.addFinalizer(scope, releaseHold(hold)),
+            // The rest of the scope is the hold's region: joiners of this fiber see it too.
             Effect.zipRight(
-              Metric.increment(metrics.reentries),
-              Scope.addFinalizer(scope, Effect.sync(() => reentered.count--))
-            ),
-            makeLease(reentered)
-          )
-        }
-        return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope), (hold): Effect.Effect<
-          Lease | Busy
-        > =>
-          hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
-            Effect.zipRight(
-              Scope.addFinalizer(scope, releaseHold(hold)),
-              // The rest of the scope is the hold's region: joiners of this fiber see it too.
-              Effect.zipRight(
-                FiberRef.update(currentRegion, (current) => extend(current, hold)),
-                Scope.addFinalizer(scope, FiberRef.update(currentRegion, (current) => without(current, hold)))
-              )
-            ),
-            makeLease(hold)
-          ))
-      })
-    )
+              FiberRef.update(currentRegion, (current) => extend(current, hold)),
+              Scope.addFinalizer(scope, FiberRef.update(currentRegion, (current) => without(current, hold)))
+            )
+          ),
+          makeLease(hold)
+        ))
+    })
   })

@@ -15,7 +15,7 @@
  * `count` is the number of entries into the hold that have not left: 1 for the region's own, plus
  * reentries. Reentries are tracked here, in process; the backend sees one hold count per hold.
  */
-import { Cause, Deferred, Duration, Effect, Exit, FiberId, Metric, Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, Scope } from "effect"
 import type { Fiber, HashMap } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
 import type { LostReason } from "../../LockError.js"
@@ -128,10 +128,8 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     hold.state = { _tag: "Lost", error }
     hold.unwatch()()
     signalEnd(hold, error)
-    return Effect.zipRight(
-      Metric.increment(metrics.lost),
-      Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
-    )
+    metrics.count(metrics.lost, hold.backend.labels)
+    return Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
   })
 
 /**
@@ -152,12 +150,12 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
     }
     const release = hold.backend.release(hold.key, hold.owner).pipe(
       Effect.catchAll((error) =>
-        Effect.zipRight(
-          Metric.increment(metrics.releaseFailures),
-          Effect.logWarning(
+        Effect.suspend(() => {
+          metrics.count(metrics.releaseFailures, hold.backend.labels)
+          return Effect.logWarning(
             `Releasing lock "${hold.key}" failed (${error.message}); its lease will expire on its own`
           ).pipe(Effect.annotateLogs({ key: hold.key, owner: hold.owner }))
-        )
+        })
       )
     )
     // Stop the watchdog first: no renewal may follow the release.

@@ -16,7 +16,7 @@
  * when that instant comes. Most locks are held for less than a renew period; they never pay for a
  * fiber, a scope or a timer of their own.
  */
-import { Effect, FiberRef, Metric, Scope } from "effect"
+import { Effect, FiberRef, Scope } from "effect"
 import type { Renewal } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
@@ -75,7 +75,7 @@ const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
         case "Renewed": {
           lastError = undefined
           hold.deadline = renewal.startedAt + options.leaseMillis - options.driftMillis
-          yield* Metric.increment(metrics.renewals)
+          metrics.count(metrics.renewals, hold.backend.labels)
           due = nextDue(renewal.startedAt, options.renewMillis)
         }
       }
@@ -114,7 +114,7 @@ export const watch = (hold: Hold): void => {
   const renewing = hold.options.renewMillis > 0
   const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
   const untrack = renewals.track()
-  metrics.watchdogs.unsafeModify(1, [])
+  metrics.count(metrics.watchdogs, hold.backend.labels)
   const cancel = renewals.schedule({
     request: renewing ? hold.request : undefined,
     deadline: hold.deadline,
@@ -123,7 +123,7 @@ export const watch = (hold: Hold): void => {
   hold.unwatch = () => {
     hold.unwatch = () => constVoid
     cancel()
-    metrics.watchdogs.unsafeModify(-1, [])
+    metrics.count(metrics.watchdogs, hold.backend.labels, -1)
     return untrack
   }
 }

@@ -51,8 +51,8 @@ export const acquireWaiting = (
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> => {
   const slowPath = (firstTtl: number | undefined, attempted: boolean) =>
     waitFor(backend, request, options, restore, firstTtl, attempted).pipe(
-      Metric.trackDuration(metrics.waitTime),
-      Effect.tapErrorTag("LockTimeoutError", () => Metric.increment(metrics.timeouts))
+      Metric.trackDuration(Metric.taggedWithLabels(metrics.waitTime, backend.labels)),
+      Effect.tapErrorTag("LockTimeoutError", () => Effect.sync(() => metrics.count(metrics.timeouts, backend.labels)))
     )
   // Fibers of this process already wait for the key: queue up behind them, first in, first out,
   // rather than barge in with an attempt that would be refused anyway (or win against them).

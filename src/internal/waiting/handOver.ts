@@ -8,7 +8,8 @@
  * meanwhile). If it left in the meantime (interrupted, timed out), the lock it was given is
  * released again for it, which may hand it on to the next waiter.
  */
-import { Effect, Metric } from "effect"
+import type { MetricLabel } from "effect"
+import { Effect } from "effect"
 import type { LockPrimitives, ReleaseResult } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
 import * as metrics from "../metrics.js"
@@ -23,6 +24,7 @@ const released: ReleaseResult = { _tag: "Released" }
 export const releaseHandingOver = (
   queue: WaiterQueue,
   primitives: LockPrimitives,
+  labels: ReadonlyArray<MetricLabel.MetricLabel>,
   key: string,
   owner: string
 ): Effect.Effect<ReleaseResult, LockBackendError> =>
@@ -39,11 +41,12 @@ export const releaseHandingOver = (
             return Effect.succeed(result)
           }
           if (claim.grant({ _tag: "HandedOver", fencingToken: result.fencingToken, startedAt })) {
+            metrics.count(metrics.handOvers, labels)
             // Let the receiver run first: its program is what everybody waits for.
-            return Effect.as(Effect.zipRight(Effect.yieldNow(), Metric.increment(metrics.handOvers)), released)
+            return Effect.as(Effect.yieldNow(), released)
           }
           // The receiver left while the lock was on its way: release it on its behalf.
-          return releaseHandingOver(queue, primitives, key, claim.request.owner).pipe(
+          return releaseHandingOver(queue, primitives, labels, key, claim.request.owner).pipe(
             Effect.catchAll((error) =>
               Effect.logWarning(
                 `Releasing lock "${key}" for a waiter that left during its hand-over failed; its lease will end on its own`,
