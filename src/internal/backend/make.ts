@@ -7,13 +7,18 @@
  * - `release`: an owner-checked release that hands the lock to a parked local waiter when the
  *   backend can do that in the same call;
  * - `renewals`: the renewal scheduler (`renewals.ts`): renewals due at the same instant go out
- *   together, 100 to a `primitives.renew` call.
+ *   together, 100 to a `primitives.renew` call;
+ * - shutdown: when the scope closes, acquisitions start failing, waiters are woken (to fail), the
+ *   programs holding locks are interrupted and their locks released, all within
+ *   `SHUTDOWN_TIMEOUT_MILLIS`, before anything the backend needs (connections) closes.
  */
 import type { Scope } from "effect"
 import type { MetricLabel as MetricLabelType } from "effect"
-import { Effect, MetricLabel, Queue } from "effect"
+import { Deferred, Effect, Exit, FiberId, MetricLabel, Option, Queue } from "effect"
 import type { LockBackendShape, LockPrimitives, ReleaseResult, TypeId as LockBackendTypeId } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
+import type { Hold } from "../lock/hold.js"
+import { stopHolds } from "../lock/shutdown.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
 import type { WaiterQueue } from "../waiting/waiterQueue.js"
 import { makeWaiterQueue } from "../waiting/waiterQueue.js"
@@ -24,6 +29,12 @@ export const TypeId: LockBackendTypeId = Symbol.for("effect-lock/LockBackend") a
 
 /** The service as the lock code sees it. Every `LockBackendShape` is one: only `make` builds them. */
 export interface Backend extends LockBackendShape {
+  /** The holds this backend serves, from their acquisition until their release is done. */
+  readonly holds: Set<Hold>
+  /** Whether the backend's scope is closing: from then on acquisitions fail. */
+  readonly isClosing: () => boolean
+  /** A hold's release is done: forget it (the shutdown waits for every hold to be forgotten). */
+  readonly forget: (hold: Hold) => void
   /** The metric labels of this backend: `backend=<name>`. */
   readonly labels: ReadonlyArray<MetricLabelType.MetricLabel>
   readonly queue: WaiterQueue
@@ -65,6 +76,9 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
     )
     yield* Effect.forkScoped(Effect.interruptible(Effect.forever(deliver)))
     const renewals = yield* makeRenewals(primitives)
+    const holds = new Set<Hold>()
+    let closing = false
+    const drained = Deferred.unsafeMake<void>(FiberId.none)
     const backend: Backend = {
       [TypeId]: TypeId,
       name: primitives.name,
@@ -72,7 +86,39 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
       primitives,
       queue,
       renewals,
+      holds,
+      isClosing: () => closing,
+      forget: (hold) => {
+        holds.delete(hold)
+        if (closing && holds.size === 0) Deferred.unsafeDone(drained, Exit.void)
+      },
       release: (key, owner) => releaseHandingOver(queue, primitives, labels, key, owner)
     }
+    // Registered last, so it runs first when the scope closes: the holds are released while the
+    // backend (its connections, its timers) still works, then everything else closes.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closing = true
+        queue.wakeEveryone()
+        if (holds.size === 0) return Effect.void
+        const pending = holds.size
+        return stopHolds(holds).pipe(
+          Effect.zipRight(Deferred.await(drained)),
+          Effect.timeoutOption(SHUTDOWN_TIMEOUT_MILLIS),
+          Effect.flatMap((done) =>
+            Option.isSome(done) ?
+              Effect.logDebug(`Released ${pending} lock(s) while shutting down`) :
+              Effect.logWarning(
+                `${holds.size} lock(s) were not released within ${SHUTDOWN_TIMEOUT_MILLIS} ms of shutting down; ` +
+                  "their leases will end on their own"
+              )
+          ),
+          Effect.annotateLogs({ backend: primitives.name })
+        )
+      })
+    )
     return backend
   })
+
+/** How long closing a backend waits for the releases of the holds it serves. */
+export const SHUTDOWN_TIMEOUT_MILLIS = 5_000

@@ -77,6 +77,7 @@ const acquireFresh = <E, Busy extends undefined>(
         fiber.getFiberRef(FiberRef.currentLogAnnotations)
       )
       watch(hold)
+      backend.holds.add(hold)
       metrics.count(metrics.acquisitions, backend.labels)
       return hold
     })

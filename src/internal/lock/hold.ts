@@ -163,7 +163,13 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
       ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), release)
       : release
     // The release never fails and runs uninterruptibly (a finaliser, or inside withLock's mask).
-    return Effect.zipRight(stopped, Effect.sync(untrack))
+    return Effect.zipRight(
+      stopped,
+      Effect.sync(() => {
+        untrack()
+        hold.backend.forget(hold)
+      })
+    )
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>

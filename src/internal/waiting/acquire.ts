@@ -12,8 +12,7 @@ import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 import type { BusyInfo } from "../../Lock.js"
 import type { LockRequest } from "../../LockBackend.js"
-import type { LockBackendError } from "../../LockError.js"
-import { LockTimeoutError } from "../../LockError.js"
+import { LockBackendError, LockTimeoutError } from "../../LockError.js"
 import type { Backend } from "../backend/make.js"
 import type { ResolvedOptions } from "../lock/options.js"
 import * as metrics from "../metrics.js"
@@ -26,9 +25,17 @@ export interface Acquired {
   readonly startedAt: number
 }
 
-/** One attempt; `None` when busy (with the holder's TTL kept in `busy`). */
+const closed = (backend: Backend, key: string) =>
+  new LockBackendError({
+    backend: backend.name,
+    operation: "acquire",
+    key,
+    cause: new Error("the backend is shutting down (its layer's scope is closing)")
+  })
+
+/** One attempt; `None` when busy (with the holder's TTL kept in `busy`). Fails once the backend closes. */
 const attempt = (backend: Backend, request: LockRequest) =>
-  Effect.flatMap(
+  backend.isClosing() ? Effect.fail(closed(backend, request.key)) : Effect.flatMap(
     nowMillis,
     (startedAt) =>
       Effect.map(backend.primitives.tryAcquire(request), (result) =>

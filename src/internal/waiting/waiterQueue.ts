@@ -126,6 +126,8 @@ export interface WaiterQueue {
   readonly notify: (key: string) => void
   /** Wake one waiter on every key (after a reconnect, when notifications may have been missed). */
   readonly notifyEveryKey: () => void
+  /** Wake every waiter on every key (the backend is closing: each attempts, fails and leaves). */
+  readonly wakeEveryone: () => void
   /**
    * Claim the waiter that a release of `key` would wake for a hand-over, unless it is about to make
    * or making an attempt of its own, or is already being handed the lock.
@@ -335,6 +337,16 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
     notify,
     notifyEveryKey: () => {
       for (const key of queues.keys()) notify(key)
+    },
+    wakeEveryone: () => {
+      for (const queue of queues.values()) {
+        for (const waiter of queue.waiters) {
+          if (waiter.phase._tag === "Waiting" && !waiter.phase.woken) {
+            waiter.phase.woken = true
+            unpark(waiter)
+          }
+        }
+      }
     },
     claimHandOver,
     waitersOn: (key) => queues.get(key)?.waiters.size ?? 0,
