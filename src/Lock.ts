@@ -119,6 +119,25 @@ export interface Lease {
 export type Program<A, E, R> = Effect.Effect<A, E, R> | ((lease: Lease) => Effect.Effect<A, E, R>)
 
 /**
+ * What the type checker names when `withLock` is given an async function: the program must be an
+ * Effect (or a function of the lease that returns one).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type NotAnAsyncFunction =
+  "withLock runs an Effect, not an async function: pass (lease) => Effect.tryPromise((signal) => work(signal, lease)), or call it from promise code with LockClient.make(layer).using(key, async (signal, lease) => ...)"
+
+/**
+ * A promise-facing client over a backend layer: `makeClient(layer).using(key, async (signal, lease)
+ * => ...)`. The same as `LockClient.make`.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export { make as makeClient } from "./LockClient.js"
+
+/**
  * Every error `withLock` adds to the program's own.
  *
  * @since 0.1.0
@@ -174,6 +193,8 @@ export const withLock: {
     key: string,
     options?: LockOptions | undefined
   ): <A, E, R>(program: Program<A, E, R>) => Effect.Effect<A, E | WithLockError, R | LockBackend>
+  /** Not an overload to call: it is here so that passing an async function explains itself. */
+  (key: string, program: NotAnAsyncFunction, options?: LockOptions | undefined): never
 } = function(...args: ReadonlyArray<unknown>) {
   const key = args[0] as string
   if (isProgram(args[1])) {

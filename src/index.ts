@@ -61,3 +61,8 @@ export * as MemoryBackend from "./MemoryBackend.js"
  * @since 0.1.0
  */
 export * as Fencing from "./Fencing.js"
+
+/**
+ * @since 0.2.0
+ */
+export * as LockClient from "./LockClient.js"
