@@ -6,6 +6,9 @@
 -- ARGV[2]  the owner id (the hash field)
 -- ARGV[3]  "1" to draw a fencing token on a fresh acquisition, "0" not to
 --
+-- Errors   a lease that is not a whole number of milliseconds in [1, 2^31 - 1]; a key that holds
+--          data of another type (WRONGTYPE, naming the key and its type). Neither writes anything.
+--
 -- Returns  {1, token}  acquired; token is the counter as a decimal string (GET, not the Lua
 --                      number INCR returns, so that 64-bit values survive), "0" without fencing
 --          {0, pttl}   busy; pttl is the holder's remaining lease in ms, -1 when it has none
@@ -28,7 +31,13 @@ if redis.call('exists', KEYS[1]) == 0 then
   end
   return {1, '0'}
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local held = redis.pcall('hexists', KEYS[1], ARGV[2])
+if type(held) == 'table' and held.err then
+  -- The name is taken by data of another type: lock names share Redis' key space with everything.
+  return redis.error_reply('WRONGTYPE effect-lock: "' .. KEYS[1] .. '" holds a ' .. redis.call('type', KEYS[1]).ok ..
+    ', not a lock: lock names share the key space with data (give the backend a prefix)')
+end
+if held == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   local token = '0'

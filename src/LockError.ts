@@ -9,8 +9,10 @@ import { Schema } from "effect"
 /**
  * Why a held lock was lost.
  *
- * - `stolen`: a renewal found another owner in the lock, or no lock at all before the lease could
- *   have run out (a force-unlock, a foreign client overwrote or deleted the key).
+ * - `stolen`: a renewal found another owner in the lock (a foreign client overwrote it, or took it
+ *   after it had been deleted).
+ * - `deleted`: a renewal found no lock at all, before the lease could have run out: it was
+ *   force-unlocked (`Lock.forceUnlock`, the CLI), deleted or flushed, or lost in a failover.
  * - `expired`: the lease ran out: the lock was taken with `renew: false` and its lease ended, or
  *   the process did not get to renew before the local deadline (paused, starved).
  * - `renewal-failed`: the local deadline (last confirmed renewal + lease - drift) passed without a
@@ -21,7 +23,7 @@ import { Schema } from "effect"
  * @since 0.1.0
  * @category errors
  */
-export const LostReason = Schema.Literal("stolen", "expired", "renewal-failed", "released")
+export const LostReason = Schema.Literal("stolen", "deleted", "expired", "renewal-failed", "released")
 
 /**
  * @since 0.1.0
@@ -68,6 +70,8 @@ export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLost
   override get message(): string {
     const why = this.reason === "stolen"
       ? "another owner took it"
+      : this.reason === "deleted"
+      ? "it was deleted before its lease ended (force-unlocked, flushed, or lost in a failover)"
       : this.reason === "expired"
       ? "its lease expired"
       : this.reason === "released"

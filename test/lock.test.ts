@@ -476,6 +476,24 @@ describe("loss is never silent (§2.5)", () => {
       assert.isFalse(finished)
     }))
 
+  it.scoped("deleted: a force-unlock is reported as such, not as another owner", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const fiber = yield* Effect.fork(
+        withLock("k", Effect.never, { lease: "3 seconds" }).pipe(Effect.provide(t.layer), Effect.flip)
+      )
+      yield* settle
+      yield* Lock.forceUnlock("k").pipe(Effect.provide(t.layer))
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      const error = yield* Fiber.join(fiber)
+      assert.strictEqual(error._tag, "LockLostError")
+      if (error._tag === "LockLostError") {
+        assert.strictEqual(error.reason, "deleted")
+        assert.match(error.message, /force-unlocked/)
+      }
+    }))
+
   it.scoped("renewal failing: interrupted exactly at the local deadline (lease - drift)", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented

@@ -5,6 +5,7 @@
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { LockBackend, withLock } from "../../src/index.js"
 import { makeKeyLayout } from "../../src/internal/redis/keys.js"
 import * as scripts from "../../src/internal/redis/lockScripts.js"
 import type { Script } from "../../src/internal/redis/scripts.js"
@@ -92,6 +93,19 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       ])
       assert.match(String(reply), /lease 2 must be a whole number/)
       assert.isAtMost(yield* cmd<number>(redis, "PTTL", "r1"), 5_000, "r1 was not renewed either")
+    }))
+
+  it.scopedLive("a lock name taken by data is a LockBackendError naming the key and its type, and the data is untouched", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* cmd(redis, "SET", "app:counter", "41")
+      const backend = yield* RedisBackend.make({ url: server.url })
+      const error = yield* Effect.flip(
+        withLock("app:counter", Effect.void).pipe(Effect.provideService(LockBackend, backend))
+      )
+      assert.strictEqual(error._tag, "LockBackendError")
+      assert.match(error.message, /"app:counter" holds a string, not a lock/)
+      assert.strictEqual(yield* cmd(redis, "GET", "app:counter"), "41")
     }))
 
   it.scopedLive("a bad commandTimeout is a LockOptionsError naming the field, and nothing connects", () =>

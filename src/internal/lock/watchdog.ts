@@ -59,10 +59,9 @@ const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
           )
         }
         case "Lost": {
-          // Another owner, or no lock at all although the call started before our deadline (so the
-          // server-side lease cannot have run out): somebody took or deleted it (force-unlock,
-          // flush, failover). For the program both mean the lock was taken from it.
-          return yield* markLost(hold, "stolen")
+          // Another owner; or no lock at all although the call started before our deadline, so the
+          // server-side lease cannot have run out: somebody deleted it (force-unlock, flush, failover).
+          return yield* markLost(hold, renewal.reason === "stolen" ? "stolen" : "deleted")
         }
         case "Failed": {
           lastError = renewal.error
