@@ -1,14 +1,22 @@
 /**
- * `npm start`: workers in one process contend on a few keys with `withLock`, and the demo checks
- * the two promises a lock makes: nobody is ever inside a key's critical section at the same time
- * as somebody else (overlaps), and every grant of a key carries a higher fencing token than the
- * grant before it (monotonic tokens).
+ * `npm start`: workers contend on a few keys with `withLock`, and the demo checks the two promises
+ * a lock makes: nobody is ever inside a key's critical section at the same time as somebody else
+ * (overlaps), and every grant of a key carries a higher fencing token than the grant before it
+ * (monotonic tokens).
  *
- * Runs on the in-memory backend, or on Redis when `REDIS_URL` is set. Knobs (environment):
- * `DEMO_WORKERS` (default 24), `DEMO_KEYS` (3), `DEMO_SECONDS` (3), `DEMO_HOLD_MS` (1..4 ms).
- * Exits non-zero when the run saw an overlap or a token that did not increase.
+ * - No `REDIS_URL`: one process on the in-memory backend.
+ * - `REDIS_URL=redis://...`: one process on the Redis backend.
+ * - `REDIS_URL=redis://... DEMO_PROCESSES=3`: three OS processes contend on the same keys through
+ *   Redis, and the checks live in Redis too: see `examples/demo-redis.ts`.
+ *
+ * Knobs (environment): `DEMO_WORKERS` (default 24, split across the processes), `DEMO_KEYS` (3),
+ * `DEMO_SECONDS` (3), `DEMO_HOLD_MS` (1..4 ms). On Redis the demo deletes every key it created
+ * (fencing counters included) when it ends. Exits non-zero when the run saw an overlap, a token
+ * that did not increase or (several processes) a lost update.
  */
 import { Cause, Clock, Console, Duration, Effect, Exit, Fiber, Layer, Random } from "effect"
+import { randomUUID } from "node:crypto"
+import { fileURLToPath } from "node:url"
 import type { Lease } from "../src/Lock.js"
 import { withLock } from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
@@ -19,6 +27,9 @@ const intFromEnv = (name: string, fallback: number): number => {
   return Number.isInteger(value) && value > 0 ? value : fallback
 }
 
+const onRedis = process.env["REDIS_URL"] !== undefined && process.env["REDIS_URL"] !== ""
+const PROCESSES = process.env["DEMO_PROCESSES"] === undefined ? undefined : intFromEnv("DEMO_PROCESSES", 1)
+const distributed = onRedis && PROCESSES !== undefined
 const WORKERS = intFromEnv("DEMO_WORKERS", 24)
 const KEYS = intFromEnv("DEMO_KEYS", 3)
 const SECONDS = intFromEnv("DEMO_SECONDS", 3)
@@ -28,25 +39,18 @@ const PROGRESS_EVERY = Duration.millis(500)
 // ---------------------------------------------------------------------------------------------
 // Backend choice. Memory by default; Redis when REDIS_URL is set. The Redis backend is a module of
 // its own (`effect-lock/RedisBackend` in a published install, not re-exported by the root), and it
-// is imported lazily here so that the memory path never loads ioredis.
+// is imported lazily here (with the rest of the Redis demo) so that the memory path never loads
+// ioredis.
 // >>> REDIS BACKEND SPOT: this is the one place to change to plug in another backend. <<<
 // ---------------------------------------------------------------------------------------------
-const redisLayer = (): Layer.Layer<LockBackend, unknown> =>
-  Layer.unwrapEffect(
-    Effect.map(
-      Effect.tryPromise(() => import("../src/RedisBackend.js")),
-      ({ RedisBackend }) => RedisBackend.layerConfig()
-    )
-  )
+const loadRedis = Effect.tryPromise(() => import("./demo-redis.js"))
 
-const backend: { readonly name: string; readonly layer: Layer.Layer<LockBackend, unknown> } =
-  process.env["REDIS_URL"] !== undefined && process.env["REDIS_URL"] !== ""
-    ? { name: "redis", layer: redisLayer() }
-    : { name: "memory", layer: MemoryBackend.layer }
+const backend: { readonly name: string; readonly layer: Layer.Layer<LockBackend, unknown> } = onRedis
+  ? { name: "redis", layer: Layer.unwrapEffect(Effect.map(loadRedis, (redis) => redis.layer)) }
+  : { name: "memory", layer: MemoryBackend.layer }
 
-// Keys are namespaced per run so that a Redis server shared with other runs starts clean; the
-// fencing counters of a key outlive its lock, so reusing a name would still be correct.
-const runId = Math.random().toString(36).slice(2, 8)
+// Keys are namespaced per run so that a Redis server shared with other runs starts clean.
+const runId = randomUUID().slice(0, 8)
 const keyName = (i: number) => `effect-lock-demo:${runId}:key-${i}`
 
 /** What the workers record, per key. */
@@ -66,7 +70,8 @@ const fmtMs = (ms: number) => `${ms.toFixed(2)} ms`
 
 const nowMs = Effect.map(Clock.currentTimeNanos, (nanos) => Number(nanos) / 1e6)
 
-const main = Effect.gen(function*() {
+/** One process, checks kept in the process (enough when every worker is in it). */
+const singleProcess = Effect.gen(function*() {
   const keys: Array<KeyStats> = Array.from({ length: KEYS }, (_, i) => ({
     name: keyName(i),
     inside: 0,
@@ -80,7 +85,8 @@ const main = Effect.gen(function*() {
   const stopAt = start + SECONDS * 1000
 
   yield* Console.log(
-    `effect-lock demo: ${WORKERS} workers, ${KEYS} keys, ${SECONDS} s on the ${backend.name} backend`
+    `effect-lock demo: ${WORKERS} workers, ${KEYS} keys, ${SECONDS} s on the ${backend.name} backend` +
+      (onRedis ? " (one process; DEMO_PROCESSES=3 runs three)" : "")
   )
 
   // The critical section: check that we are alone, record the token, hold for a few ms.
@@ -147,11 +153,60 @@ const main = Effect.gen(function*() {
   return ok
 })
 
-const fiber = Effect.runFork(Effect.provide(main, backend.layer))
+// On Redis, delete the run's keys afterwards: the locks are gone once released, but their fencing
+// counters never expire.
+const single: Effect.Effect<boolean, unknown> = onRedis
+  ? Effect.flatMap(loadRedis, (redis) =>
+    singleProcess.pipe(
+      Effect.provide(backend.layer),
+      Effect.ensuring(
+        redis.cleanUp(redis.namesOf(runId, KEYS)).pipe(
+          Effect.flatMap((removed) => Console.log(`cleaned up: ${removed} key(s) of the run deleted, none left`)),
+          Effect.catchAll((error) => Console.error(`clean-up failed: ${String(error)}`))
+        )
+      )
+    ))
+  : Effect.provide(singleProcess, backend.layer)
+
+const main: Effect.Effect<boolean | void, unknown> = (() => {
+  const child = process.env["DEMO_CHILD"]
+  if (child !== undefined && onRedis) {
+    // one of the processes that a DEMO_PROCESSES run started
+    return Effect.flatMap(loadRedis, (redis) =>
+      redis.child(Number(child), process.env["DEMO_RUN"] ?? runId, {
+        workers: WORKERS,
+        keys: KEYS,
+        seconds: SECONDS,
+        holdMs: HOLD_MS
+      }))
+  }
+  if (distributed) {
+    const processes = PROCESSES
+    return Effect.flatMap(loadRedis, (redis) =>
+      redis.coordinate(fileURLToPath(import.meta.url), processes, {
+        workers: Math.ceil(WORKERS / processes),
+        keys: KEYS,
+        seconds: SECONDS,
+        holdMs: HOLD_MS
+      }))
+  }
+  if (PROCESSES !== undefined) {
+    return Effect.zipRight(
+      Console.log(
+        `DEMO_PROCESSES=${process.env["DEMO_PROCESSES"]} needs REDIS_URL: on the memory backend every process ` +
+          "has locks of its own, so separate processes would not exclude each other. Running one process."
+      ),
+      single
+    )
+  }
+  return single
+})()
+
+const fiber = Effect.runFork(main)
 process.once("SIGINT", () => Effect.runFork(Fiber.interrupt(fiber)))
 Effect.runPromise(Fiber.await(fiber)).then((exit) => {
   if (Exit.isSuccess(exit)) {
-    process.exitCode = exit.value ? 0 : 1
+    process.exitCode = exit.value === false ? 1 : 0
     return
   }
   if (Exit.isInterrupted(exit)) {
@@ -161,6 +216,6 @@ Effect.runPromise(Fiber.await(fiber)).then((exit) => {
   }
   const error = Cause.squash(exit.cause)
   console.error(`demo failed: ${error instanceof Error ? error.message : String(error)}`)
-  if (backend.name === "redis") console.error("is Redis running at REDIS_URL?")
+  if (onRedis) console.error("is Redis running at REDIS_URL?")
   process.exitCode = 1
 })

@@ -66,3 +66,8 @@ export * as Fencing from "./Fencing.js"
  * @since 0.2.0
  */
 export * as LockClient from "./LockClient.js"
+
+/**
+ * @since 0.2.0
+ */
+export * as LockMetrics from "./LockMetrics.js"

@@ -18,7 +18,7 @@ const occupy = (t: Instrumented, key: string, leaseMillis: number) =>
   t.inner.tryAcquire({ key, owner: "foreign:1", leaseMillis, fencing: true })
 
 const activeWatchdogs = Effect.map(
-  Metric.value(Metric.tagged(metrics.watchdogs, "backend", "memory")),
+  Metric.value(Metric.tagged(metrics.held, "backend", "memory")),
   (state) => state.value
 )
 

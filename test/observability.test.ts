@@ -4,33 +4,104 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { Duration } from "effect"
 import { Effect, Fiber, HashMap, Logger, Metric, Option, TestClock, Tracer } from "effect"
+import { readFileSync } from "node:fs"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import type { LockBackend } from "../src/index.js"
 import { Lock, MemoryBackend, withLock } from "../src/index.js"
 import * as metrics from "../src/internal/metrics.js"
 import { makeInstrumented } from "./support/instrumented.js"
 
-/** A tracer that records the names of the spans it is asked to start. */
-const recordingTracer = (names: Array<string>) => {
+const settle = Effect.repeatN(Effect.yieldNow(), 50)
+
+/** The names docs/observability.md documents in its tables: spans (`effect-lock.*`) and metrics. */
+const documented = (() => {
+  const page = readFileSync(join(fileURLToPath(import.meta.url), "..", "..", "docs", "observability.md"), "utf8")
+  const names = (pattern: RegExp) => new Set(Array.from(page.matchAll(pattern), (m) => m[1]!))
+  return {
+    spans: names(/^\| `(effect-lock\.[a-zA-Z]+)` \|/gm),
+    metrics: names(/^\| `(effect_lock_[a-z_]+)` \|/gm)
+  }
+})()
+
+/** A tracer that records the spans it is asked to start: name, attributes and links. */
+const recordingTracer = (spans: Array<{ name: string; attributes: Map<string, unknown>; links: number }>) => {
   const base = Effect.runSync(Effect.tracer)
   return Tracer.make({
     span: (name, parent, context, links, startTime, kind, options) => {
-      names.push(name)
-      return base.span(name, parent, context, links, startTime, kind, options)
+      const span = base.span(name, parent, context, links, startTime, kind, options)
+      const recorded = { name, attributes: span.attributes as Map<string, unknown>, links: links.length }
+      spans.push(recorded)
+      const addLinks = span.addLinks.bind(span)
+      span.addLinks = (more) => {
+        recorded.links += more.length
+        addLinks(more)
+      }
+      return span
     },
     context: (f) => f()
   })
 }
 
 describe("observability", () => {
-  it.effect("acquisitions and force-unlocks are spans when a tracer is installed", () =>
+  it.scoped("every span and metric the code emits is documented, and every documented one is emitted", () =>
     Effect.gen(function*() {
-      const names: Array<string> = []
-      yield* Effect.zipRight(withLock("traced", Effect.void), Lock.forceUnlock("traced")).pipe(
-        Effect.withTracer(recordingTracer(names))
+      const spans: Array<{ name: string; attributes: Map<string, unknown>; links: number }> = []
+      const tracer = recordingTracer(spans)
+      // The backend is built with the tracer installed, as an application's layers are: its renewal
+      // scheduler's fibers trace too.
+      const t = yield* makeInstrumented.pipe(Effect.withTracer(tracer))
+      const run = <A, E>(effect: Effect.Effect<A, E, LockBackend>): Effect.Effect<A, E> =>
+        effect.pipe(Effect.provide(t.layer), Effect.withTracer(tracer))
+      // a lock held across a renewal, with a second acquirer handed the lock by its release
+      const first = yield* Effect.fork(run(withLock("a", withLock("a", Effect.sleep("15 seconds")))))
+      yield* settle
+      const second = yield* Effect.fork(run(withLock("a", Effect.void)))
+      yield* settle
+      yield* TestClock.adjust("16 seconds")
+      yield* Fiber.join(first)
+      yield* Fiber.join(second)
+      // a timeout, a loss and a failed release
+      yield* t.inner.tryAcquire({ key: "b", owner: "foreign:1", leaseMillis: 60_000, fencing: true })
+      yield* run(Effect.flip(withLock("b", Effect.void, { wait: 0 })))
+      const loser = yield* Effect.fork(
+        run(Effect.flip(withLock("c", Effect.never, { lease: "1 second", renew: false })))
       )
-      assert.deepStrictEqual(names, ["effect-lock.acquire", "effect-lock.forceUnlock"])
-    }).pipe(Effect.provide(MemoryBackend.layer)))
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* Fiber.join(loser)
+      t.failReleases = true
+      yield* run(withLock("d", Effect.void))
+      t.failReleases = false
+      yield* run(Lock.forceUnlock("a"))
 
-  it.effect("acquisitions and reentries are counted", () =>
+      const emitted = new Set(spans.map((span) => span.name).filter((name) => name.startsWith("effect-lock.")))
+      assert.deepStrictEqual([...emitted].sort(), [...documented.spans].sort())
+      const handedOver = spans.find((span) =>
+        span.name === "effect-lock.acquire" && span.attributes.get("effect_lock.via") === "hand-over"
+      )
+      assert.isDefined(handedOver, "the second acquisition was handed over")
+      assert.isTrue(
+        spans.some((span) => span.name === "effect-lock.hold" && span.links === 1),
+        "its hold links to the first hold"
+      )
+      const renew = spans.find((span) => span.name === "effect-lock.renew")
+      assert.strictEqual(renew?.attributes.get("effect_lock.renewals"), 1)
+
+      const snapshot = yield* Metric.snapshot
+      const metricNames = new Set(
+        snapshot.map((pair) => pair.metricKey.name).filter((name) => name.startsWith("effect_lock_"))
+      )
+      assert.deepStrictEqual([...metricNames].sort(), [...documented.metrics].sort())
+      for (const pair of snapshot) {
+        if (!pair.metricKey.name.startsWith("effect_lock_")) continue
+        const tags = pair.metricKey.tags.map((tag) => tag.key)
+        assert.include(tags, "backend", pair.metricKey.name)
+        assert.notInclude(tags, "key", pair.metricKey.name)
+      }
+    }))
+
+  it.effect("acquisitions and reentries are counted, by backend", () =>
     Effect.gen(function*() {
       const acquisitions = Metric.tagged(metrics.acquisitions, "backend", "memory")
       const reentries = Metric.tagged(metrics.reentries, "backend", "memory")

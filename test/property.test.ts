@@ -111,7 +111,7 @@ describe("properties of the lock under random schedules", () => {
         assert.strictEqual(yield* t.backend.lockCount, 0, "no lock left")
         assert.deepStrictEqual(yield* t.backend.waiters, { fibers: 0, keys: [] }, "no waiter left")
         assert.strictEqual(
-          (yield* Metric.value(Metric.tagged(metrics.watchdogs, "backend", "memory"))).value,
+          (yield* Metric.value(Metric.tagged(metrics.held, "backend", "memory"))).value,
           0,
           "no watchdog left"
         )

@@ -15,6 +15,7 @@ const handedOver: HandedOver = { _tag: "HandedOver", fencingToken: 7n, startedAt
 const makeQueue = () => {
   const orphans: Array<string> = []
   const queue = makeWaiterQueue({
+    onCount: () => {},
     onFirst: () => Effect.void,
     onLast: () => Effect.void,
     onOrphan: (r) => Effect.sync(() => void orphans.push(r.owner))

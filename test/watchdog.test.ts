@@ -11,7 +11,7 @@ import { makeInstrumented } from "./support/instrumented.js"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 50)
 const activeWatchdogs = Effect.map(
-  Metric.value(Metric.tagged(metrics.watchdogs, "backend", "memory")),
+  Metric.value(Metric.tagged(metrics.held, "backend", "memory")),
   (state) => state.value
 )
 

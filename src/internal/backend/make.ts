@@ -13,12 +13,13 @@
  *   `SHUTDOWN_TIMEOUT_MILLIS`, before anything the backend needs (connections) closes.
  */
 import type { Scope } from "effect"
-import type { MetricLabel as MetricLabelType } from "effect"
+import type { MetricLabel as MetricLabelType, Tracer } from "effect"
 import { Deferred, Effect, Exit, FiberId, MetricLabel, Option, Queue } from "effect"
 import type { LockBackendShape, LockPrimitives, ReleaseResult, TypeId as LockBackendTypeId } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
 import type { Hold } from "../lock/hold.js"
 import { stopHolds } from "../lock/shutdown.js"
+import * as metrics from "../metrics.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
 import type { WaiterQueue } from "../waiting/waiterQueue.js"
 import { makeWaiterQueue } from "../waiting/waiterQueue.js"
@@ -39,8 +40,15 @@ export interface Backend extends LockBackendShape {
   readonly labels: ReadonlyArray<MetricLabelType.MetricLabel>
   readonly queue: WaiterQueue
   readonly renewals: Renewals
-  /** Release one hold, handing the lock to a local waiter where the backend can. */
-  readonly release: (key: string, owner: string) => Effect.Effect<ReleaseResult, LockBackendError>
+  /**
+   * Release one hold, handing the lock to a local waiter where the backend can (`span`: the
+   * releasing hold's, which a traced hand-over links to).
+   */
+  readonly release: (
+    key: string,
+    owner: string,
+    span?: Tracer.AnySpan | undefined
+  ) => Effect.Effect<ReleaseResult, LockBackendError>
 }
 
 export const backendOf = (service: LockBackendShape): Backend => service as Backend
@@ -57,6 +65,7 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
       )
     const labels = [MetricLabel.make("backend", primitives.name)]
     const queue: WaiterQueue = makeWaiterQueue({
+      onCount: (delta) => metrics.count(metrics.waiters, labels, delta),
       onFirst: primitives.subscribe,
       onLast: primitives.unsubscribe,
       onOrphan: (request) =>
@@ -75,7 +84,7 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
         })
     )
     yield* Effect.forkScoped(Effect.interruptible(Effect.forever(deliver)))
-    const renewals = yield* makeRenewals(primitives)
+    const renewals = yield* makeRenewals(primitives, labels)
     const holds = new Set<Hold>()
     let closing = false
     const drained = Deferred.unsafeMake<void>(FiberId.none)
@@ -92,7 +101,7 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
         holds.delete(hold)
         if (closing && holds.size === 0) Deferred.unsafeDone(drained, Exit.void)
       },
-      release: (key, owner) => releaseHandingOver(queue, primitives, labels, key, owner)
+      release: (key, owner, span) => releaseHandingOver(queue, primitives, labels, key, owner, span)
     }
     // Registered last, so it runs first when the scope closes: the holds are released while the
     // backend (its connections, its timers) still works, then everything else closes.

@@ -14,11 +14,13 @@
  * on the next turn of the event loop unless a hold has started again by then, so a process whose
  * locks are all released has nothing left that keeps Node running.
  */
-import type { Fiber, Scope } from "effect"
+import type { Fiber, MetricLabel, Scope, Tracer } from "effect"
 import { Cause, Deferred, Effect, Exit, FiberId, FiberSet, Option } from "effect"
 import type { LockPrimitives, LockRequest, RenewOutcome } from "../../LockBackend.js"
 import { LockBackendError } from "../../LockError.js"
+import * as metrics from "../metrics.js"
 import { nowMillis, sleepMillis, wholeMillis } from "../time.js"
+import { isTracing } from "../tracing.js"
 
 /**
  * How one scheduled renewal went: renewed (the call started at `startedAt`), lost, failed (retry
@@ -37,13 +39,20 @@ export interface Member {
   readonly deadline: number
   /** Called in the bucket's fiber with the outcome. */
   readonly deliver: (renewal: Renewal) => Effect.Effect<void>
+  /** The span of the hold renewed, if traced: the renewal's span links to it. */
+  readonly span?: (() => Tracer.AnySpan | undefined) | undefined
 }
 
 export interface Renewals {
   /** Put `member` in the bucket of instant `at`; the returned function takes it out again (if not sent yet). */
   readonly schedule: (member: Member, at: number) => () => void
   /** Renew `request` at `at` with everything due then, and wait for the outcome. Interrupting withdraws it. */
-  readonly renewAt: (request: LockRequest, at: number, deadline: number) => Effect.Effect<Renewal>
+  readonly renewAt: (
+    request: LockRequest,
+    at: number,
+    deadline: number,
+    span?: () => Tracer.AnySpan | undefined
+  ) => Effect.Effect<Renewal>
   /** Count a hold as watched until the returned function is called (idempotent). */
   readonly track: () => () => void
 }
@@ -59,7 +68,10 @@ interface Bucket {
 const notSent: Renewal = { _tag: "Overdue", attempted: false }
 const unanswered: Renewal = { _tag: "Overdue", attempted: true }
 
-export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals, never, Scope.Scope> =>
+export const makeRenewals = (
+  primitives: LockPrimitives,
+  labels: ReadonlyArray<MetricLabel.MetricLabel>
+): Effect.Effect<Renewals, never, Scope.Scope> =>
   Effect.gen(function*() {
     // The bucket timers run in the backend's scope (and are interrupted when it closes).
     const runFork = yield* FiberSet.makeRuntime<never, void, never>()
@@ -89,8 +101,10 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
         if (live.length === 0) return
         // No reply is of use after the earliest deadline in the batch: that hold is lost by then.
         const budget = wholeMillis(Math.min(...live.map((member) => member.deadline)) - startedAt)
-        const exit = yield* Effect.exit(Effect.timeoutOption(primitives.renew(live.map((m) => m.request)), budget))
+        const renewing = Effect.timeoutOption(primitives.renew(live.map((m) => m.request)), budget)
+        const exit = yield* Effect.exit(traced(renewing, live))
         const now = yield* nowMillis
+        metrics.time(metrics.renewLatency, labels, now - startedAt)
         yield* Effect.forEach(live, (member, i): Effect.Effect<void> => {
           if (Exit.isFailure(exit)) {
             const error = Cause.failureOption(exit.cause)
@@ -111,6 +125,23 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
           }
           return member.deliver(outcomeOf(member.request, exit.value.value[i], startedAt))
         }, { discard: true })
+      })
+
+    /** With a tracer installed, a renewal call is an `effect-lock.renew` span linked to its holds' spans. */
+    const traced = <A, E>(renewing: Effect.Effect<A, E>, batch: ReadonlyArray<Member>) =>
+      Effect.withFiberRuntime<A, E>((fiber) => {
+        if (!isTracing(fiber)) return renewing
+        const links: Array<Tracer.SpanLink> = []
+        for (const member of batch) {
+          const span = member.span?.()
+          if (span !== undefined) links.push({ _tag: "SpanLink", span, attributes: {} })
+        }
+        return Effect.withSpan(renewing, "effect-lock.renew", {
+          attributes: { "effect_lock.backend": primitives.name, "effect_lock.renewals": batch.length },
+          links,
+          root: true,
+          captureStackTrace: false
+        })
       })
 
     const fire = (at: number, bucket: Bucket): Effect.Effect<void> =>
@@ -156,14 +187,20 @@ export const makeRenewals = (primitives: LockPrimitives): Effect.Effect<Renewals
       }
     }
 
-    const renewAt = (request: LockRequest, at: number, deadline: number): Effect.Effect<Renewal> =>
+    const renewAt = (
+      request: LockRequest,
+      at: number,
+      deadline: number,
+      span?: () => Tracer.AnySpan | undefined
+    ): Effect.Effect<Renewal> =>
       Effect.uninterruptibleMask((restore) =>
         Effect.suspend(() => {
           const done = Deferred.unsafeMake<Renewal>(FiberId.none)
           const member: Member = {
             request,
             deadline,
-            deliver: (renewal) => Effect.sync(() => Deferred.unsafeDone(done, Exit.succeed(renewal)))
+            deliver: (renewal) => Effect.sync(() => Deferred.unsafeDone(done, Exit.succeed(renewal))),
+            span
           }
           const cancel = schedule(member, at)
           return Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(cancel))

@@ -65,8 +65,7 @@ const acquireFresh = <E, Busy extends undefined>(
       leaseMillis: options.leaseMillis,
       fencing: options.fencing
     }
-    const acquiring = Effect.map(attempt(backend, request, options, restore), (acquired): Hold | Busy => {
-      if (acquired === undefined) return acquired as Busy
+    const held = (acquired: Acquired): Hold => {
       const hold = makeHold(
         backend,
         request,
@@ -80,14 +79,67 @@ const acquireFresh = <E, Busy extends undefined>(
       backend.holds.add(hold)
       metrics.count(metrics.acquisitions, backend.labels)
       return hold
-    })
-    return isTracing(fiber)
-      ? Effect.withSpan(acquiring, "effect-lock.acquire", {
-        attributes: { key, backend: backend.name },
-        captureStackTrace: false
-      })
-      : acquiring
+    }
+    if (!isTracing(fiber)) {
+      return Effect.map(
+        attempt(backend, request, options, restore),
+        (acquired): Hold | Busy => acquired === undefined ? acquired as Busy : held(acquired)
+      )
+    }
+    return traced(backend, request, attempt(backend, request, options, restore), held)
   })
+
+const attributesOf = (backend: Backend, request: LockRequest) => ({
+  "effect_lock.key": request.key,
+  "effect_lock.backend": backend.name,
+  "effect_lock.owner": request.owner
+})
+
+/**
+ * An acquisition with a tracer installed: the `effect-lock.acquire` span (how many attempts, how
+ * the lock was got), then the `effect-lock.hold` span, which lasts until the release and links to
+ * the hold that handed the lock over, if one did.
+ */
+const traced = <E, Busy extends undefined>(
+  backend: Backend,
+  request: LockRequest,
+  acquiring: Effect.Effect<Acquired | Busy, E>,
+  held: (acquired: Acquired) => Hold
+): Effect.Effect<Hold | Busy, E> =>
+  Effect.withSpan(
+    Effect.tap(acquiring, (acquired) =>
+      acquired === undefined
+        ? Effect.annotateCurrentSpan("effect_lock.acquired", false)
+        : Effect.annotateCurrentSpan({
+          "effect_lock.acquired": true,
+          "effect_lock.attempts": acquired.attempts,
+          "effect_lock.via": acquired.via,
+          "effect_lock.fencing_token": acquired.fencingToken.toString()
+        })),
+    "effect-lock.acquire",
+    { attributes: attributesOf(backend, request), captureStackTrace: false }
+  ).pipe(
+    Effect.flatMap((acquired): Effect.Effect<Hold | Busy> => {
+      if (acquired === undefined) return Effect.succeed(acquired as Busy)
+      const links = acquired.from === undefined
+        ? []
+        : [{ _tag: "SpanLink" as const, span: acquired.from, attributes: { "effect_lock.link": "handed over by" } }]
+      return Effect.map(
+        Effect.makeSpan("effect-lock.hold", {
+          attributes: {
+            ...attributesOf(backend, request),
+            "effect_lock.fencing_token": acquired.fencingToken.toString()
+          },
+          links
+        }),
+        (span) => {
+          const hold = held(acquired)
+          hold.span = span
+          return hold
+        }
+      )
+    })
+  )
 
 /** Run `program` as a reentry into `hold`: no backend call, and the hold's guard still applies. */
 const reenter = <A, E, R>(

@@ -27,7 +27,9 @@ export const runGuarded = <A, E, R>(
   region?: Region | undefined
 ): Effect.Effect<A, E | LockLostError, R> =>
   Effect.suspend(() => {
-    const started = Effect.zipRight(checkHeld(hold), restore(effect))
+    // Traced: the program's own spans are children of the hold's span.
+    const program = hold.span === undefined ? effect : Effect.withParentSpan(effect, hold.span)
+    const started = Effect.zipRight(checkHeld(hold), restore(program))
     const child = region === undefined ? started : Effect.zipRight(FiberRef.set(currentRegion, region), started)
     // Started at once on this thread (no scheduler hop before the program's first step); it is
     // not a child of the caller's fiber, so every way out below awaits or interrupts it.

@@ -15,8 +15,8 @@
  * `count` is the number of entries into the hold that have not left: 1 for the region's own, plus
  * reentries. Reentries are tracked here, in process; the backend sees one hold count per hold.
  */
-import { Cause, Deferred, Duration, Effect, Exit, FiberId, Scope } from "effect"
-import type { Fiber, HashMap } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, MetricLabel, Scope } from "effect"
+import type { Fiber, HashMap, Tracer } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
 import type { LostReason } from "../../LockError.js"
 import { LockLostError } from "../../LockError.js"
@@ -60,6 +60,8 @@ export interface Hold {
    * starts, closed by `releaseHold`.
    */
   ownScope: Scope.CloseableScope | undefined
+  /** The hold's span, from the acquisition to the release, when a tracer is installed. */
+  span: Tracer.Span | undefined
   /**
    * Stop watching the hold (idempotent): set by the watchdog. Returns what tells the renewal
    * scheduler the hold is gone (call it once the release is done).
@@ -94,6 +96,7 @@ export const makeHold = (
   guarded: undefined,
   scope,
   ownScope: undefined,
+  span: undefined,
   unwatch: () => constVoid
 })
 
@@ -127,8 +130,9 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     const error = lostError(hold, reason, now, cause)
     hold.state = { _tag: "Lost", error }
     hold.unwatch()()
+    hold.span?.attribute("effect_lock.lost", reason)
     signalEnd(hold, error)
-    metrics.count(metrics.lost, hold.backend.labels)
+    metrics.count(metrics.lost, [...hold.backend.labels, MetricLabel.make("reason", reason)])
     return Effect.logWarning(error.message).pipe(Effect.annotateLogs({ key: hold.key, reason }))
   })
 
@@ -142,13 +146,20 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
   Effect.flatMap(nowMillis, (now) => {
     if (hold.state._tag === "Released") return Effect.void
     const untrack = hold.unwatch()
+    metrics.time(metrics.holdTime, hold.backend.labels, now - hold.acquiredAt)
     if (hold.state._tag === "Held") {
       hold.state = { _tag: "Released", at: now }
       if (hold.lostSignal !== undefined || (hold.guarded !== undefined && hold.guarded.size > 0)) {
         signalEnd(hold, lostError(hold, "released", now))
       }
     }
-    const release = hold.backend.release(hold.key, hold.owner).pipe(
+    const span = hold.span
+    const releasing = hold.backend.release(hold.key, hold.owner, span)
+    const release = (span === undefined ? releasing : Effect.withSpan(releasing, "effect-lock.release", {
+      parent: span,
+      attributes: { "effect_lock.key": hold.key, "effect_lock.backend": hold.backend.name },
+      captureStackTrace: false
+    })).pipe(
       Effect.catchAll((error) =>
         Effect.suspend(() => {
           metrics.count(metrics.releaseFailures, hold.backend.labels)
@@ -165,10 +176,13 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
     // The release never fails and runs uninterruptibly (a finaliser, or inside withLock's mask).
     return Effect.zipRight(
       stopped,
-      Effect.sync(() => {
-        untrack()
-        hold.backend.forget(hold)
-      })
+      Effect.clockWith((clock) =>
+        Effect.sync(() => {
+          untrack()
+          hold.backend.forget(hold)
+          span?.end(clock.unsafeCurrentTimeNanos(), Exit.void)
+        })
+      )
     )
   })
 

@@ -42,6 +42,7 @@ const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { options } = hold
     const { request } = hold
+    const spanOf = () => hold.span
     let renewal = first
     let lastError: unknown = undefined
     while (hold.state._tag === "Held") {
@@ -78,7 +79,7 @@ const watchdog = (hold: Hold, first: Renewal): Effect.Effect<void> =>
           due = nextDue(renewal.startedAt, options.renewMillis)
         }
       }
-      renewal = yield* hold.backend.renewals.renewAt(request, due, hold.deadline)
+      renewal = yield* hold.backend.renewals.renewAt(request, due, hold.deadline, spanOf)
     }
   })
 
@@ -113,16 +114,17 @@ export const watch = (hold: Hold): void => {
   const renewing = hold.options.renewMillis > 0
   const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
   const untrack = renewals.track()
-  metrics.count(metrics.watchdogs, hold.backend.labels)
+  metrics.count(metrics.held, hold.backend.labels)
   const cancel = renewals.schedule({
     request: renewing ? hold.request : undefined,
     deadline: hold.deadline,
-    deliver: (renewal) => start(hold, renewal)
+    deliver: (renewal) => start(hold, renewal),
+    span: () => hold.span
   }, at)
   hold.unwatch = () => {
     hold.unwatch = () => constVoid
     cancel()
-    metrics.count(metrics.watchdogs, hold.backend.labels, -1)
+    metrics.count(metrics.held, hold.backend.labels, -1)
     return untrack
   }
 }

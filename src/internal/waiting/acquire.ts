@@ -7,6 +7,7 @@
  * Attempts run uninterruptibly (a round trip that acquired must be seen so that it is released);
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
+import type { Tracer } from "effect"
 import { Effect, Exit, Metric, Option } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
@@ -23,6 +24,12 @@ export interface Acquired {
   readonly fencingToken: bigint
   /** Clock time at which the successful attempt started: the lease runs from here at the latest. */
   readonly startedAt: number
+  /** Attempts made, the successful one included (0 for a hand-over to a waiter that made none). */
+  readonly attempts: number
+  /** How it was got: at once, after a wait by an attempt of its own, or handed over by a release. */
+  readonly via: "free" | "attempt" | "hand-over"
+  /** The releasing hold's span, for a hand-over traced on both sides. */
+  readonly from?: Tracer.AnySpan | undefined
 }
 
 const closed = (backend: Backend, key: string) =>
@@ -40,7 +47,7 @@ const attempt = (backend: Backend, request: LockRequest) =>
     (startedAt) =>
       Effect.map(backend.primitives.tryAcquire(request), (result) =>
         result._tag === "Acquired"
-          ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt } as const)
+          ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt, attempts: 1, via: "free" } as const)
           : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const))
   )
 
@@ -129,7 +136,7 @@ const waitFor = (
             if (tryNow) {
               const result = yield* attempt(backend, request)
               attempts++
-              if (result._tag === "Acquired") return result
+              if (result._tag === "Acquired") return { ...result, attempts, via: "attempt" as const }
               ttl = result.ttlMillis
             }
             const now = yield* nowMillis
@@ -144,7 +151,15 @@ const waitFor = (
             const woken = yield* restore(signal.await(sleep))
             // Handed over by a release in this process: held, with no attempt of our own (even if the
             // wait ran out while the hand-over was in flight).
-            if (typeof woken === "object") return { fencingToken: woken.fencingToken, startedAt: woken.startedAt }
+            if (typeof woken === "object") {
+              return {
+                fencingToken: woken.fencingToken,
+                startedAt: woken.startedAt,
+                attempts,
+                via: "hand-over" as const,
+                from: woken.from
+              }
+            }
             tryNow = woken !== "promoted"
             if (!tryNow) {
               // Promoted to head: from now on watch the clock, starting from the next schedule step.

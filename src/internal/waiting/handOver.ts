@@ -8,7 +8,7 @@
  * meanwhile). If it left in the meantime (interrupted, timed out), the lock it was given is
  * released again for it, which may hand it on to the next waiter.
  */
-import type { MetricLabel } from "effect"
+import type { MetricLabel, Tracer } from "effect"
 import { Effect } from "effect"
 import type { LockPrimitives, ReleaseResult } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
@@ -26,7 +26,8 @@ export const releaseHandingOver = (
   primitives: LockPrimitives,
   labels: ReadonlyArray<MetricLabel.MetricLabel>,
   key: string,
-  owner: string
+  owner: string,
+  span?: Tracer.AnySpan | undefined
 ): Effect.Effect<ReleaseResult, LockBackendError> =>
   Effect.suspend(() => {
     const handOver = primitives.handOver
@@ -40,7 +41,7 @@ export const releaseHandingOver = (
             claim.cancel()
             return Effect.succeed(result)
           }
-          if (claim.grant({ _tag: "HandedOver", fencingToken: result.fencingToken, startedAt })) {
+          if (claim.grant({ _tag: "HandedOver", fencingToken: result.fencingToken, startedAt, from: span })) {
             metrics.count(metrics.handOvers, labels)
             // Let the receiver run first: its program is what everybody waits for.
             return Effect.as(Effect.yieldNow(), released)

@@ -35,6 +35,7 @@
  * key has local waiters; waiters that get ready while `onFirst` is in flight wait for it, so nobody
  * relies on notifications before they are flowing.
  */
+import type { Tracer } from "effect"
 import { Deferred, Effect, Exit, FiberId } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
 import type { LockBackendError } from "../../LockError.js"
@@ -46,6 +47,8 @@ export interface HandedOver {
   readonly fencingToken: bigint
   /** Clock time (ms) at which the hand-over call started: the lease runs from here at the latest. */
   readonly startedAt: number
+  /** The span of the hold that handed it over, when traced. */
+  readonly from?: Tracer.AnySpan | undefined
 }
 
 /**
@@ -98,6 +101,8 @@ interface KeyQueue {
 }
 
 export interface WaiterQueueHooks {
+  /** The number of waiters changed by `delta` (for the waiters gauge). */
+  readonly onCount: (delta: number) => void
   readonly onFirst: (key: string) => Effect.Effect<void, LockBackendError>
   readonly onLast: (key: string) => Effect.Effect<void>
   /** A lock was handed to a waiter that left without taking it: release it for `request.owner`. */
@@ -213,6 +218,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
       const phase = waiter.phase
       waiter.phase = left
       count--
+      hooks.onCount(-1)
       if ((phase._tag === "Waiting" && phase.woken) || (phase._tag === "HandingOver" && phase.notified)) notify(key)
       const next = headOf(queue)
       if (wasHead && next !== undefined) {
@@ -329,6 +335,7 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
       }
       queue.waiters.add(waiter)
       count++
+      hooks.onCount(1)
       return signalOf(key, queue, waiter)
     })
 

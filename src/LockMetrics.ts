@@ -1,0 +1,144 @@
+/**
+ * The metrics effect-lock records, as values: read them with `Metric.value`, or export them with
+ * `@effect/opentelemetry` (or any `Metric` exporter) along with your own. All are named
+ * `effect_lock_*` and tagged with `backend` (the backend's name: "memory", "redis"); `lost` is also
+ * tagged with the `reason`. None is tagged with the lock's key: keys are unbounded, and a metric
+ * tag per key would be a memory leak in any metrics backend. docs/observability.md lists them with
+ * the spans.
+ *
+ * ```ts
+ * import { Console, Effect, Metric } from "effect"
+ * import { LockMetrics, MemoryBackend, withLock } from "effect-lock"
+ *
+ * const program = Effect.gen(function*() {
+ *   yield* withLock("reports", Effect.void)
+ *   const acquired = yield* Metric.value(Metric.tagged(LockMetrics.acquisitions, "backend", "memory"))
+ *   yield* Console.log(`acquisitions: ${acquired.count}`)
+ * })
+ * ```
+ *
+ * @since 0.2.0
+ */
+import { Metric } from "effect"
+
+/**
+ * Fresh acquisitions (a reentry into a held lock is not one; a hand-over is).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const acquisitions = Metric.counter("effect_lock_acquisitions_total", {
+  description: "Fresh acquisitions (reentrant entries excluded; hand-overs included)"
+})
+
+/**
+ * Reentrant entries into a lock the region already held (no backend call).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const reentries = Metric.counter("effect_lock_reentries_total", {
+  description: "Reentrant entries into a lock the region already held"
+})
+
+/**
+ * Acquisitions handed over by a release in this process (also counted in `acquisitions`).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const handOvers = Metric.counter("effect_lock_hand_overs_total", {
+  description: "Acquisitions handed over by a release in this process (counted in acquisitions too)"
+})
+
+/**
+ * Acquisitions that gave up waiting (`LockTimeoutError`).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const timeouts = Metric.counter("effect_lock_timeouts_total", {
+  description: "Acquisitions that gave up waiting"
+})
+
+/**
+ * Locks lost while held, tagged with the `reason` (`stolen`, `deleted`, `expired`,
+ * `renewal-failed`).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const lost = Metric.counter("effect_lock_lost_total", { description: "Locks lost while held, by reason" })
+
+/**
+ * Releases that failed (the lease then ends on its own).
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const releaseFailures = Metric.counter("effect_lock_release_failures_total", {
+  description: "Releases that failed (the lease then expires on its own)"
+})
+
+/**
+ * Confirmed lease renewals.
+ *
+ * @since 0.2.0
+ * @category counters
+ */
+export const renewals = Metric.counter("effect_lock_renewals_total", { description: "Confirmed lease renewals" })
+
+const millisBoundaries = [1, 5, 10, 50, 100, 500, 1000, 5000, 30000, 300000]
+
+/**
+ * How long acquisitions waited: from the first busy attempt to getting the lock or giving up. An
+ * acquisition that found the lock free does not wait and is not recorded.
+ *
+ * @since 0.2.0
+ * @category histograms
+ */
+export const waitTime = Metric.timerWithBoundaries(
+  "effect_lock_wait_duration",
+  millisBoundaries,
+  "How long acquisitions waited for a busy lock"
+)
+
+/**
+ * How long locks were held: from the acquisition to the release (or the loss).
+ *
+ * @since 0.2.0
+ * @category histograms
+ */
+export const holdTime = Metric.timerWithBoundaries(
+  "effect_lock_hold_duration",
+  millisBoundaries,
+  "How long locks were held"
+)
+
+/**
+ * How long renewal calls took (one call renews every lease due at the same instant).
+ *
+ * @since 0.2.0
+ * @category histograms
+ */
+export const renewLatency = Metric.timerWithBoundaries(
+  "effect_lock_renew_duration",
+  [0.5, 1, 2, 5, 10, 50, 100, 500, 1000, 5000],
+  "How long renewal calls took"
+)
+
+/**
+ * Locks held by this process right now (each under a watchdog).
+ *
+ * @since 0.2.0
+ * @category gauges
+ */
+export const held = Metric.gauge("effect_lock_held", { description: "Locks held by this process" })
+
+/**
+ * Fibers of this process waiting for a lock right now.
+ *
+ * @since 0.2.0
+ * @category gauges
+ */
+export const waiters = Metric.gauge("effect_lock_waiters", { description: "Fibers waiting for a lock" })
