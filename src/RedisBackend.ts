@@ -10,8 +10,8 @@
  *
  * @since 0.1.0
  */
-import type { Redacted, Scope } from "effect"
-import { Config, Duration, Effect, Layer, Option } from "effect"
+import type { Scope } from "effect"
+import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { ConfigError } from "effect/ConfigError"
 import type { Redis, RedisOptions } from "ioredis"
 import { makeCommands } from "./internal/redis/commands.js"
@@ -209,7 +209,15 @@ export const layer = (
 export const layerConfig = (
   options: Omit<RedisBackendOptions, "url" | "client"> = {}
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError | ConfigError> =>
-  Layer.unwrapEffect(Effect.map(Config.redacted("REDIS_URL"), (url) => layer({ ...options, url })))
+  Layer.unwrapEffect(Effect.map(redisUrl, (url) => layer({ ...options, url })))
+
+// Read as a string and wrapped at once: `Config.redacted` would also redact the error of a missing
+// variable ("Missing data at REDIS_URL: <redacted>"), which holds no secret and should say what is
+// missing. The value itself is Redacted from here on.
+const redisUrl = Config.string("REDIS_URL").pipe(
+  Config.map(Redacted.make),
+  Config.withDescription("the Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380")
+)
 
 /**
  * This module as a namespace, so that both `import { RedisBackend } from "effect-lock/RedisBackend"`

@@ -4,7 +4,7 @@
  * never leaves a lock hash without a TTL, nor replaces a holder's valid lock.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { ConfigProvider, Effect, Layer } from "effect"
 import { LockBackend, withLock } from "../../src/index.js"
 import { makeKeyLayout } from "../../src/internal/redis/keys.js"
 import * as scripts from "../../src/internal/redis/lockScripts.js"
@@ -106,6 +106,18 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       assert.strictEqual(error._tag, "LockBackendError")
       assert.match(error.message, /"app:counter" holds a string, not a lock/)
       assert.strictEqual(yield* cmd(redis, "GET", "app:counter"), "41")
+    }))
+
+  it.scopedLive("layerConfig without REDIS_URL says what is missing (not \"<redacted>\")", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(
+        Effect.scoped(Layer.build(RedisBackend.layerConfig())).pipe(
+          Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))
+        )
+      )
+      assert.match(String(error), /REDIS_URL/)
+      assert.match(String(error), /Expected REDIS_URL to exist/)
+      assert.notMatch(String(error), /redacted/)
     }))
 
   it.scopedLive("a bad commandTimeout is a LockOptionsError naming the field, and nothing connects", () =>
