@@ -38,14 +38,16 @@ export interface Member {
   readonly request: LockRequest | undefined
   readonly deadline: number
   /** Called in the bucket's fiber with the outcome. */
-  readonly deliver: (renewal: Renewal) => Effect.Effect<void>
+  deliver(renewal: Renewal): Effect.Effect<void>
   /** The span of the hold renewed, if traced: the renewal's span links to it. */
-  readonly span?: (() => Tracer.AnySpan | undefined) | undefined
+  span(): Tracer.AnySpan | undefined
 }
 
 export interface Renewals {
-  /** Put `member` in the bucket of instant `at`; the returned function takes it out again (if not sent yet). */
-  readonly schedule: (member: Member, at: number) => () => void
+  /** Put `member` in the bucket of instant `at`. */
+  readonly schedule: (member: Member, at: number) => void
+  /** Take `member` out of the bucket of instant `at` again, if it was not sent yet. */
+  readonly unschedule: (member: Member, at: number) => void
   /** Renew `request` at `at` with everything due then, and wait for the outcome. Interrupting withdraws it. */
   readonly renewAt: (
     request: LockRequest,
@@ -53,8 +55,9 @@ export interface Renewals {
     deadline: number,
     span?: () => Tracer.AnySpan | undefined
   ) => Effect.Effect<Renewal>
-  /** Count a hold as watched until the returned function is called (idempotent). */
-  readonly track: () => () => void
+  /** Count a hold as watched, until `untrack` (called once per `track`). */
+  readonly track: () => void
+  readonly untrack: () => void
 }
 
 /** The most renewals sent in one `primitives.renew` call. */
@@ -133,7 +136,7 @@ export const makeRenewals = (
         if (!isTracing(fiber)) return renewing
         const links: Array<Tracer.SpanLink> = []
         for (const member of batch) {
-          const span = member.span?.()
+          const span = member.span()
           if (span !== undefined) links.push({ _tag: "SpanLink", span, attributes: {} })
         }
         return Effect.withSpan(renewing, "effect-lock.renew", {
@@ -172,7 +175,7 @@ export const makeRenewals = (
       buckets.clear()
     }
 
-    const schedule = (member: Member, at: number): () => void => {
+    const schedule = (member: Member, at: number): void => {
       let bucket = buckets.get(at)
       if (bucket === undefined) {
         const opened: Bucket = { members: new Set(), fiber: undefined }
@@ -180,11 +183,11 @@ export const makeRenewals = (
         opened.fiber = runFork(fire(at, opened))
         bucket = opened
       }
-      const joined = bucket
-      joined.members.add(member)
-      return () => {
-        joined.members.delete(member)
-      }
+      bucket.members.add(member)
+    }
+
+    const unschedule = (member: Member, at: number): void => {
+      buckets.get(at)?.members.delete(member)
     }
 
     const renewAt = (
@@ -200,26 +203,23 @@ export const makeRenewals = (
             request,
             deadline,
             deliver: (renewal) => Effect.sync(() => Deferred.unsafeDone(done, Exit.succeed(renewal))),
-            span
+            span: () => span?.()
           }
-          const cancel = schedule(member, at)
-          return Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(cancel))
+          schedule(member, at)
+          return Effect.onInterrupt(restore(Deferred.await(done)), () => Effect.sync(() => unschedule(member, at)))
         })
       )
 
     const track = () => {
       watched++
-      let tracked = true
-      return () => {
-        if (!tracked) return
-        tracked = false
-        watched--
-        if (watched === 0 && !idleCheck) {
-          idleCheck = true
-          setImmediate(stopIdleTimers)
-        }
+    }
+    const untrack = () => {
+      watched--
+      if (watched === 0 && !idleCheck) {
+        idleCheck = true
+        setImmediate(stopIdleTimers)
       }
     }
 
-    return { schedule, renewAt, track }
+    return { schedule, unschedule, renewAt, track, untrack }
   })

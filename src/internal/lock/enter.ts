@@ -209,13 +209,16 @@ export const enterScoped = <E, Busy extends undefined>(
         Lease | Busy
       > =>
         hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
+          // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
+          // scope closes, the hold leaves the region of the fiber that closes it, then is released.
+          // One closure per hold, and the finaliser's effect made only when the scope closes.
           Effect.zipRight(
-            Scope.addFinalizer(scope, releaseHold(hold)),
-            // The rest of the scope is the hold's region: joiners of this fiber see it too.
-            Effect.zipRight(
-              FiberRef.update(currentRegion, (current) => extend(current, hold)),
-              Scope.addFinalizer(scope, FiberRef.update(currentRegion, (current) => without(current, hold)))
-            )
+            Scope.addFinalizerExit(
+              scope,
+              () =>
+                Effect.zipRight(FiberRef.update(currentRegion, (current) => without(current, hold)), releaseHold(hold))
+            ),
+            FiberRef.update(currentRegion, (current) => extend(current, hold))
           ),
           makeLease(hold)
         ))

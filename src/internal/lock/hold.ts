@@ -21,6 +21,7 @@ import type { LockRequest } from "../../LockBackend.js"
 import type { LostReason } from "../../LockError.js"
 import { LockLostError } from "../../LockError.js"
 import type { Backend } from "../backend/make.js"
+import type { Member } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
 import type { ResolvedOptions } from "./options.js"
@@ -62,11 +63,27 @@ export interface Hold {
   ownScope: Scope.CloseableScope | undefined
   /** The hold's span, from the acquisition to the release, when a tracer is installed. */
   span: Tracer.Span | undefined
+  /** Watched by the renewal scheduler (from the acquisition until released or lost). */
+  watched: boolean
   /**
-   * Stop watching the hold (idempotent): set by the watchdog. Returns what tells the renewal
-   * scheduler the hold is gone (call it once the release is done).
+   * Until the watchdog fiber starts: the hold's entry in the scheduler's bucket for its first
+   * renewal, at `firstDueAt`.
    */
-  unwatch: () => () => void
+  firstDue: Member | undefined
+  firstDueAt: number
+}
+
+/**
+ * Stop watching the hold: take its first renewal out of the scheduler, if still there. `true` when
+ * it was watched: the caller then tells the scheduler (`untrack`) once the hold is gone for good.
+ */
+const unwatch = (hold: Hold): boolean => {
+  if (!hold.watched) return false
+  hold.watched = false
+  if (hold.firstDue !== undefined) hold.backend.renewals.unschedule(hold.firstDue, hold.firstDueAt)
+  hold.firstDue = undefined
+  metrics.count(metrics.held, hold.backend.labels, -1)
+  return true
 }
 
 const held: HoldState = { _tag: "Held" }
@@ -97,10 +114,10 @@ export const makeHold = (
   scope,
   ownScope: undefined,
   span: undefined,
-  unwatch: () => constVoid
+  watched: false,
+  firstDue: undefined,
+  firstDueAt: 0
 })
-
-const constVoid = () => {}
 
 const lostError = (hold: Hold, reason: LostReason, now: number, cause?: unknown) =>
   new LockLostError({
@@ -129,7 +146,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
     if (hold.state._tag !== "Held") return Effect.void
     const error = lostError(hold, reason, now, cause)
     hold.state = { _tag: "Lost", error }
-    hold.unwatch()()
+    if (unwatch(hold)) hold.backend.renewals.untrack()
     hold.span?.attribute("effect_lock.lost", reason)
     signalEnd(hold, error)
     metrics.count(metrics.lost, [...hold.backend.labels, MetricLabel.make("reason", reason)])
@@ -145,7 +162,7 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
 export const releaseHold = (hold: Hold): Effect.Effect<void> =>
   Effect.flatMap(nowMillis, (now) => {
     if (hold.state._tag === "Released") return Effect.void
-    const untrack = hold.unwatch()
+    const watched = unwatch(hold)
     metrics.time(metrics.holdTime, hold.backend.labels, now - hold.acquiredAt)
     if (hold.state._tag === "Held") {
       hold.state = { _tag: "Released", at: now }
@@ -178,7 +195,7 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
       stopped,
       Effect.clockWith((clock) =>
         Effect.sync(() => {
-          untrack()
+          if (watched) hold.backend.renewals.untrack()
           hold.backend.forget(hold)
           span?.end(clock.unsafeCurrentTimeNanos(), Exit.void)
         })

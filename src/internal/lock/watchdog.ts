@@ -16,8 +16,10 @@
  * when that instant comes. Most locks are held for less than a renew period; they never pay for a
  * fiber, a scope or a timer of their own.
  */
+import type { Tracer } from "effect"
 import { Effect, FiberRef, Scope } from "effect"
-import type { Renewal } from "../backend/renewals.js"
+import type { LockRequest } from "../../LockBackend.js"
+import type { Member, Renewal } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
 import type { Hold } from "./hold.js"
@@ -103,30 +105,39 @@ const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
   })
 
 /**
- * Watch `hold` from now until it ends (`hold.unwatch()`, called when it is released or lost): its
- * first renewal (or its deadline, with `renew: false`) is scheduled, and the watchdog fiber starts
- * when that comes due. `unwatch` returns `untrack`, which tells the scheduler the hold is gone; the
- * release calls it once its round trip is over, so that a loop that takes one lock after another
- * never finds the backend idle in between (the scheduler would stop its timers).
+ * Watch `hold` from now until it ends (released or lost: see `hold.ts`): its first renewal (or its
+ * deadline, with `renew: false`) is scheduled, and the watchdog fiber starts when that comes due.
+ * The release tells the scheduler the hold is gone once its round trip is over, so that a loop
+ * that takes one lock after another never finds the backend idle in between (the scheduler would
+ * stop its timers).
  */
 export const watch = (hold: Hold): void => {
   const { renewals } = hold.backend
   const renewing = hold.options.renewMillis > 0
   const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
-  const untrack = renewals.track()
+  const first = new FirstDue(hold, renewing)
+  renewals.track()
   metrics.count(metrics.held, hold.backend.labels)
-  const cancel = renewals.schedule({
-    request: renewing ? hold.request : undefined,
-    deadline: hold.deadline,
-    deliver: (renewal) => start(hold, renewal),
-    span: () => hold.span
-  }, at)
-  hold.unwatch = () => {
-    hold.unwatch = () => constVoid
-    cancel()
-    metrics.count(metrics.held, hold.backend.labels, -1)
-    return untrack
-  }
+  hold.watched = true
+  hold.firstDue = first
+  hold.firstDueAt = at
+  renewals.schedule(first, at)
 }
 
-const constVoid = () => {}
+/** A hold's first renewal (or deadline) in the scheduler: one small object, no closures. */
+class FirstDue implements Member {
+  readonly deadline: number
+  constructor(readonly hold: Hold, readonly renewing: boolean) {
+    this.deadline = hold.deadline
+  }
+  get request(): LockRequest | undefined {
+    return this.renewing ? this.hold.request : undefined
+  }
+  deliver(renewal: Renewal): Effect.Effect<void> {
+    this.hold.firstDue = undefined
+    return start(this.hold, renewal)
+  }
+  span(): Tracer.AnySpan | undefined {
+    return this.hold.span
+  }
+}
