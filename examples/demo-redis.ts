@@ -71,11 +71,24 @@ type Names = ReturnType<typeof namesOf>
 
 const redisUrl = () => process.env["REDIS_URL"] ?? ""
 
+/** A promise-returning Redis call as an Effect that fails with the Error itself. */
+const call = <A>(f: () => Promise<A>): Effect.Effect<A, Error> =>
+  Effect.tryPromise({ try: f, catch: (error) => (error instanceof Error ? error : new Error(String(error))) })
+
 /** A plain ioredis client for the demo's own records, closed with the scope. */
 const dataClient = Effect.acquireRelease(
-  Effect.tryPromise(async () => {
-    const client = new Redis(redisUrl(), { lazyConnect: true, maxRetriesPerRequest: 1 })
-    await client.connect()
+  call(async () => {
+    // gives up after about a second without a server, rather than reconnecting forever
+    const client = new Redis(redisUrl(), {
+      lazyConnect: true,
+      maxRetriesPerRequest: 1,
+      retryStrategy: (times) => (times > 10 ? null : 100)
+    })
+    client.on("error", () => {}) // failures reach the commands that meet them
+    await client.connect().catch((error) => {
+      client.disconnect()
+      throw new Error(`cannot reach Redis at REDIS_URL: ${error instanceof Error ? error.message : String(error)}`)
+    })
     return client
   }),
   (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
@@ -86,10 +99,10 @@ const dataClient = Effect.acquireRelease(
  * expire (they must outlive the lock: see docs/fencing.md), so a demo that did not delete them would
  * leave a few keys behind per run.
  */
-export const cleanUp = (names: Names): Effect.Effect<number, unknown> =>
+export const cleanUp = (names: Names): Effect.Effect<number, Error> =>
   Effect.scoped(
     Effect.flatMap(dataClient, (client) =>
-      Effect.tryPromise(async () => {
+      call(async () => {
         const removed = await client.del(...names.all)
         const left = await client.exists(...names.all)
         if (left > 0) throw new Error(`${left} key(s) of the run are still in Redis`)
@@ -150,7 +163,7 @@ export const child = (index: number, run: string, settings: Settings) =>
     const client = yield* dataClient
     client.defineCommand("demoEnter", { numberOfKeys: 5, lua: enterScript })
     const enter = (k: Names["keys"][number], member: string, token: bigint) =>
-      Effect.tryPromise(() =>
+      call(() =>
         (client as unknown as { demoEnter: (...args: Array<string>) => Promise<string> }).demoEnter(
           k.inside,
           k.lastToken,
@@ -168,11 +181,13 @@ export const child = (index: number, run: string, settings: Settings) =>
     // The backend's layer is built (connected, scripts loaded) before this runs, so all processes
     // start contending at the same moment, when the coordinator says "go".
     yield* Console.log("ready")
-    yield* Effect.async<void>((resume) => {
+    yield* Effect.async<void, Error>((resume) => {
       process.stdin.once("data", () => {
         process.stdin.destroy()
         resume(Effect.void)
       })
+      // the coordinator went away before it said "go"
+      process.stdin.once("end", () => resume(Effect.fail(new Error("the coordinator is gone"))))
     })
 
     const perKey = names.keys.map(() => 0)
@@ -307,7 +322,7 @@ const startProcess = (
 
 /** Read the run's records in Redis: counters per key and the stats hash. */
 const readRecords = (client: Redis, names: Names, processes: number) =>
-  Effect.tryPromise(async () => {
+  call(async () => {
     const counters = (await client.mget(...names.keys.map((k) => k.counter))).map((v) => Number(v ?? "0"))
     const stats = await client.hgetall(names.stats)
     const field = (name: string) => Number(stats[name] ?? "0")
@@ -338,7 +353,7 @@ export const coordinate = (script: string, processes: number, settings: Settings
     yield* Effect.addFinalizer(() =>
       cleanUp(names).pipe(
         Effect.flatMap((removed) => Console.log(`cleaned up: ${removed} key(s) of the run deleted, none left`)),
-        Effect.catchAll((error) => Console.error(`clean-up failed: ${String(error)}`))
+        Effect.catchAll((error) => Console.error(`clean-up failed: ${error.message}`))
       )
     )
     const client = yield* dataClient
@@ -362,7 +377,7 @@ export const coordinate = (script: string, processes: number, settings: Settings
         })
       )
     )
-    const exits = yield* Effect.forEach(running, (p) => Effect.exit(Effect.tryPromise(() => p.result)))
+    const exits = yield* Effect.forEach(running, (p) => Effect.exit(call(() => p.result)))
     yield* Fiber.interrupt(progress)
     const elapsed = ((yield* nowMs) - start) / 1000
 

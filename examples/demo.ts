@@ -162,7 +162,7 @@ const single: Effect.Effect<boolean, unknown> = onRedis
       Effect.ensuring(
         redis.cleanUp(redis.namesOf(runId, KEYS)).pipe(
           Effect.flatMap((removed) => Console.log(`cleaned up: ${removed} key(s) of the run deleted, none left`)),
-          Effect.catchAll((error) => Console.error(`clean-up failed: ${String(error)}`))
+          Effect.catchAll((error) => Console.error(`clean-up failed: ${error.message}`))
         )
       )
     ))
@@ -203,7 +203,8 @@ const main: Effect.Effect<boolean | void, unknown> = (() => {
 })()
 
 const fiber = Effect.runFork(main)
-process.once("SIGINT", () => Effect.runFork(Fiber.interrupt(fiber)))
+// Ctrl-C or a SIGTERM interrupts the run: locks are released and (on Redis) the run's keys deleted.
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => Effect.runFork(Fiber.interrupt(fiber)))
 Effect.runPromise(Fiber.await(fiber)).then((exit) => {
   if (Exit.isSuccess(exit)) {
     process.exitCode = exit.value === false ? 1 : 0
