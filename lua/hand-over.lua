@@ -28,7 +28,8 @@
 if not string.match(ARGV[4], '^[1-9][0-9]*$') or tonumber(ARGV[4]) > 2147483647 then
   return redis.error_reply("ERR effect-lock: the receiver's lease must be a whole number of milliseconds in [1, 2147483647], got " .. ARGV[4])
 end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+-- Data of another type written over the lock: not the releasing owner's lock any more.
+if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
   return {-1}
 end
 -- Before any write: a server that refuses PUBSUB (ACL) aborts the script with nothing changed.

@@ -12,7 +12,10 @@
 -- Decrementing rather than deleting keeps every successful acquire matched by exactly one
 -- release, so a compensating release for an acquire whose reply was lost can never remove a
 -- hold that the same owner took afterwards.
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+-- A key that holds data of another type is not this owner's lock any more (data was written over
+-- it): nothing to release.
+local held = redis.pcall('hexists', KEYS[1], ARGV[1])
+if held ~= 1 then
   return -1
 end
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then

@@ -18,9 +18,14 @@ for i = 1, #KEYS do
     return redis.error_reply('ERR effect-lock: lease ' .. i .. ' must be a whole number of milliseconds in [1, 2147483647], got ' .. tostring(lease))
   end
 end
+-- A key that holds data of another type (written over a lock) is answered for itself, as a lock
+-- another owner has taken (0), without failing the other renewals of the call.
 local result = {}
 for i = 1, #KEYS do
-  if redis.call('hexists', KEYS[i], ARGV[2 * i]) == 1 then
+  local held = redis.pcall('hexists', KEYS[i], ARGV[2 * i])
+  if type(held) == 'table' then
+    result[i] = 0
+  elseif held == 1 then
     redis.call('pexpire', KEYS[i], ARGV[2 * i - 1])
     result[i] = 1
   elseif redis.call('exists', KEYS[i]) == 1 then

@@ -120,6 +120,26 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       assert.notMatch(String(error), /redacted/)
     }))
 
+  it.scopedLive("data written over a lock: renewals in the same call are unharmed, the release finds nothing to release", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* run(redis, scripts.acquire, layout.keysOf("over:1"), request("over:1", "o:1", 5_000))
+      yield* run(redis, scripts.acquire, layout.keysOf("over:2"), request("over:2", "o:2", 5_000))
+      yield* cmd(redis, "SET", "over:1", "data")
+      const renewed = yield* run(redis, scripts.renew, ["over:1", "over:2"], [
+        request("over:1", "o:1", 60_000),
+        request("over:2", "o:2", 60_000)
+      ])
+      assert.deepStrictEqual(renewed, [{ _tag: "Lost", reason: "stolen" }, { _tag: "Renewed" }])
+      assert.isAbove(yield* cmd<number>(redis, "PTTL", "over:2"), 5_000, "the other lock was renewed")
+      assert.deepStrictEqual(yield* run(redis, scripts.release, layout.keysOf("over:1"), "o:1"), { _tag: "NotHeld" })
+      assert.deepStrictEqual(
+        yield* run(redis, scripts.handOver, layout.keysOf("over:1"), "o:1", request("over:1", "o:9", 1_000), 0),
+        { _tag: "NotHeld" }
+      )
+      assert.strictEqual(yield* cmd(redis, "GET", "over:1"), "data", "the data is untouched")
+    }))
+
   it.scopedLive("a bad commandTimeout is a LockOptionsError naming the field, and nothing connects", () =>
     Effect.gen(function*() {
       for (const commandTimeout of [0, -5, 1.5, Number.POSITIVE_INFINITY, "soon" as never]) {
