@@ -14,6 +14,7 @@
 import type { Effect, Option, Queue, Scope } from "effect"
 import { Context } from "effect"
 import * as internal from "./internal/backend/make.js"
+import type { SemaphorePrimitives } from "./internal/semaphore/primitives.js"
 import { LockBackendError } from "./LockError.js"
 
 export {
@@ -23,6 +24,31 @@ export {
    */
   LockBackendError
 }
+
+export type {
+  /**
+   * The semaphore's primitives (`LockPrimitives.semaphore`).
+   *
+   * @since 0.3.0
+   * @category models
+   */
+  PermitAcquireResult,
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  PermitRequest,
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  SemaphorePrimitives,
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  SemaphoreState
+} from "./internal/semaphore/primitives.js"
 
 /**
  * One call to a backend on behalf of one owner.
@@ -165,6 +191,12 @@ export interface LockPrimitives {
    * `make` takes them as they come, so an unbounded queue is the usual source.
    */
   readonly notifications: Queue.Dequeue<Notification>
+  /**
+   * Optional. Semaphores with leased permits (`Semaphore`): without them, `Semaphore` fails with a
+   * `LockBackendError` on this backend. Their notifications travel through `subscribe`,
+   * `unsubscribe` and `notifications` too, under a key of their own (a NUL-prefixed name).
+   */
+  readonly semaphore?: SemaphorePrimitives | undefined
 }
 
 /**

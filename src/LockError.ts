@@ -98,7 +98,8 @@ export const BackendOperation = Schema.Literal(
   "force-release",
   "inspect",
   "subscribe",
-  "fenced-set"
+  "fenced-set",
+  "set-permits"
 )
 
 /**
@@ -116,7 +117,8 @@ const operationText: Record<BackendOperation, string> = {
   "force-release": "force-release",
   "inspect": "inspect",
   "subscribe": "subscribe to release notifications",
-  "fenced-set": "do a fenced write"
+  "fenced-set": "do a fenced write",
+  "set-permits": "set the permits of a semaphore"
 }
 
 /**

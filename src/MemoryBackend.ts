@@ -15,6 +15,7 @@
 import type { Scope } from "effect"
 import { Effect, Layer, Option, Queue } from "effect"
 import { backendOf } from "./internal/backend/make.js"
+import { makeMemorySemaphores } from "./internal/semaphore/memory.js"
 import { nowMillis } from "./internal/time.js"
 import type {
   AcquireResult,
@@ -173,6 +174,7 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.map(
       subscribe: (key) => Effect.sync(() => void subscribed.add(key)),
       unsubscribe: (key) => Effect.sync(() => void subscribed.delete(key)),
       notifications,
+      semaphore: makeMemorySemaphores(notify),
       lockCount: Effect.map(nowMillis, (now) => {
         let count = 0
         for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++

@@ -20,6 +20,8 @@ import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { loadScripts } from "./internal/redis/scripts.js"
+import { makeRedisSemaphores } from "./internal/redis/semaphore.js"
+import * as semaphoreScripts from "./internal/redis/semaphoreScripts.js"
 import { makeSubscriptions } from "./internal/redis/subscriptions.js"
 import type { LockBackendShape, LockPrimitives, LockRequest, ReleaseResult } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
@@ -89,10 +91,11 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       commandTimeout
     })
     yield* Effect.tryPromise({
-      try: () => loadScripts(connections.command, scripts.all),
+      try: () => loadScripts(connections.command, [...scripts.all, ...semaphoreScripts.all]),
       catch: (cause) => redisError("load-scripts", undefined, cause)
     })
-    const { call, callTaking } = makeCommands(connections, layout)
+    const commands = makeCommands(connections, layout)
+    const { call, callTaking } = commands
     const subscriptions = yield* makeSubscriptions(connections, layout)
 
     // A server that refuses the hand-over script (an ACL user without `pubsub|numsub`, a Redis
@@ -156,7 +159,8 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
         ),
       subscribe: subscriptions.subscribe,
       unsubscribe: subscriptions.unsubscribe,
-      notifications: subscriptions.notifications
+      notifications: subscriptions.notifications,
+      semaphore: makeRedisSemaphores(commands, layout)
     }
     return primitives
   })

@@ -71,3 +71,8 @@ export * as LockClient from "./LockClient.js"
  * @since 0.2.0
  */
 export * as LockMetrics from "./LockMetrics.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as Semaphore from "./Semaphore.js"

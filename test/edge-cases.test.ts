@@ -204,6 +204,7 @@ describe("programs", () => {
       | "inspect"
       | "subscribe"
       | "fenced-set"
+      | "set-permits"
     >()
   })
 })

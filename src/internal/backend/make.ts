@@ -20,6 +20,9 @@ import type { LockBackendError } from "../../LockError.js"
 import type { Hold } from "../lock/hold.js"
 import { stopHolds } from "../lock/shutdown.js"
 import * as metrics from "../metrics.js"
+import { semaphoreKeyOf } from "../semaphore/primitives.js"
+import type { SemaphoreSupport } from "../semaphore/support.js"
+import { makeSemaphoreSupport, makeView } from "../semaphore/support.js"
 import { releaseHandingOver } from "../waiting/handOver.js"
 import type { WaiterQueue } from "../waiting/waiterQueue.js"
 import { makeWaiterQueue } from "../waiting/waiterQueue.js"
@@ -40,6 +43,8 @@ export interface Backend extends LockBackendShape {
   readonly labels: ReadonlyArray<MetricLabelType.MetricLabel>
   readonly queue: WaiterQueue
   readonly renewals: Renewals
+  /** Semaphores: present when the primitives have them (`primitives.semaphore`). */
+  readonly semaphores: SemaphoreSupport | undefined
   /**
    * Release one hold, handing the lock to a local waiter where the backend can (`span`: the
    * releasing hold's, which a traced hand-over links to).
@@ -73,13 +78,22 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
           logged(`Releasing lock "${request.key}" handed to a waiter that was interrupted`)
         )
     })
+    const semaphores = primitives.semaphore === undefined
+      ? undefined
+      : yield* makeSemaphoreSupport(primitives, primitives.semaphore, labels)
     const deliver = Effect.flatMap(
       Queue.takeBetween(primitives.notifications, 1, Number.POSITIVE_INFINITY),
       (batch) =>
         Effect.sync(() => {
           for (const notification of batch) {
-            if (notification._tag === "Released") queue.notify(notification.key)
-            else queue.notifyEveryKey()
+            if (notification._tag === "Released") {
+              const semaphore = semaphoreKeyOf(notification.key)
+              if (semaphore === undefined) queue.notify(notification.key)
+              else semaphores?.queue.notify(semaphore)
+            } else {
+              queue.notifyEveryKey()
+              semaphores?.queue.notifyEveryKey()
+            }
           }
         })
     )
@@ -95,6 +109,7 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
       primitives,
       queue,
       renewals,
+      semaphores,
       holds,
       isClosing: () => closing,
       forget: (hold) => {
@@ -103,12 +118,14 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
       },
       release: (key, owner, span) => releaseHandingOver(queue, primitives, labels, key, owner, span)
     }
+    if (semaphores !== undefined) semaphores.view = makeView(backend, semaphores)
     // Registered last, so it runs first when the scope closes: the holds are released while the
     // backend (its connections, its timers) still works, then everything else closes.
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
         closing = true
         queue.wakeEveryone()
+        semaphores?.queue.wakeEveryone()
         if (holds.size === 0) return Effect.void
         const pending = holds.size
         return stopHolds(holds).pipe(
