@@ -16,6 +16,25 @@ import { Context } from "effect"
 import * as internal from "./internal/backend/make.js"
 import type { SemaphorePrimitives } from "./internal/semaphore/primitives.js"
 import { LockBackendError } from "./LockError.js"
+import type { KindName, KindPrimitives, LockKinds } from "./LockKinds.js"
+
+export type {
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  KindName,
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  KindPrimitives,
+  /**
+   * @since 0.3.0
+   * @category models
+   */
+  LockKinds
+}
 
 export {
   /**
@@ -64,6 +83,11 @@ export interface LockRequest {
   readonly leaseMillis: number
   /** Whether a fresh acquisition draws a fencing token. */
   readonly fencing: boolean
+  /**
+   * Whether the caller goes on waiting when the lock is busy (`acquire`, `withLock`), rather than
+   * giving up after one attempt (`tryAcquire`). A fair lock queues only waiting callers.
+   */
+  readonly waiting?: boolean | undefined
 }
 
 /**
@@ -197,6 +221,11 @@ export interface LockPrimitives {
    * `unsubscribe` and `notifications` too, under a key of their own (a NUL-prefixed name).
    */
   readonly semaphore?: SemaphorePrimitives | undefined
+  /**
+   * Optional. The other lock kinds this backend offers (`FairLock`, `ReadWriteLock`, ...), each
+   * with primitives of its own (see `LockKinds`). `make` builds the shared machinery for each.
+   */
+  readonly kinds?: LockKinds | undefined
 }
 
 /**

@@ -158,3 +158,22 @@ export class LockOptionsError extends Schema.TaggedError<LockOptionsError>()("Lo
     return `Invalid lock option "${this.field}": ${this.reason}`
   }
 }
+
+/**
+ * A region that holds the read lock of a `ReadWriteLock` asked for its write lock. Waiting could
+ * never end (the write lock waits for every reader, this one included), so it fails at once: release
+ * the read lock first, or take the write lock from the start (a write holder may take the read lock).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class LockUpgradeError extends Schema.TaggedError<LockUpgradeError>()("LockUpgradeError", {
+  key: Schema.String,
+  /** The owner of the read hold that made the upgrade impossible. */
+  owner: Schema.String
+}) {
+  override get message(): string {
+    return `Cannot take the write lock on "${this.key}" while holding its read lock (owner ${this.owner}): ` +
+      "it would wait for itself; release the read lock first, or take the write lock first (a writer may then read)"
+  }
+}

@@ -13,8 +13,10 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Layer, Option, Queue } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { backendOf } from "./internal/backend/make.js"
+import { makeFair } from "./internal/memory/fair.js"
+import { kindConflict, makeNotifier, makeStore, released } from "./internal/memory/store.js"
 import { makeMemorySemaphores } from "./internal/semaphore/memory.js"
 import { nowMillis } from "./internal/time.js"
 import type {
@@ -23,18 +25,11 @@ import type {
   LockBackendShape,
   LockInfo,
   LockPrimitives,
-  LockRequest,
-  Notification,
   ReleaseResult,
   RenewResult
 } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
-
-interface Entry {
-  /** owner -> hold count */
-  readonly holders: Map<string, number>
-  expiresAt: number
-}
+import type { LockBackendError } from "./LockError.js"
 
 /**
  * The memory backend's primitives plus a read-out for tests and diagnostics.
@@ -63,9 +58,6 @@ export interface MemoryBackendShape extends LockBackendShape {
 const renewed: RenewResult = { _tag: "Renewed" }
 const stolen: RenewResult = { _tag: "Lost", reason: "stolen" }
 const expired: RenewResult = { _tag: "Lost", reason: "expired" }
-const released: ReleaseResult = { _tag: "Released" }
-const stillHeld: ReleaseResult = { _tag: "StillHeld" }
-const notHeld: ReleaseResult = { _tag: "NotHeld" }
 
 /**
  * Fresh, empty memory primitives.
@@ -73,116 +65,81 @@ const notHeld: ReleaseResult = { _tag: "NotHeld" }
  * @since 0.2.0
  * @category constructors
  */
-export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.map(
-  Queue.unbounded<Notification>(),
-  (notifications) => {
-    const locks = new Map<string, Entry>()
-    const tokens = new Map<string, bigint>()
+export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.gen(function*() {
+  const store = makeStore()
+  const notifier = yield* makeNotifier()
+  const fair = yield* makeFair(store)
+  const { live, locks } = store
 
-    /** The live entry for `key`, dropping it when its lease has run out. */
-    const live = (key: string, now: number): Entry | undefined => {
-      const entry = locks.get(key)
-      if (entry === undefined) return undefined
-      if (entry.expiresAt <= now) {
-        locks.delete(key)
-        return undefined
-      }
-      return entry
-    }
+  const releaseWith = <A>(key: string, owner: string, onFree: (now: number) => A) =>
+    Effect.map(nowMillis, (now): A | ReleaseResult => store.releaseWith(key, owner, now, () => onFree(now)))
 
-    const nextToken = (key: string): bigint => {
-      const token = (tokens.get(key) ?? 0n) + 1n
-      tokens.set(key, token)
-      return token
-    }
-
-    // Like a Redis channel, a key is only heard while somebody in the process waits on it.
-    const subscribed = new Set<string>()
-    const notify = (key: string) => {
-      if (subscribed.has(key)) Queue.unsafeOffer(notifications, { _tag: "Released", key })
-    }
-
-    const grant = (key: string, request: LockRequest, now: number): bigint => {
-      locks.set(key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
-      return request.fencing ? nextToken(key) : 0n
-    }
-
-    /** One hold count off `owner`; at zero the lock is gone and `onFree` decides what follows. */
-    const releaseWith = <A>(
-      key: string,
-      owner: string,
-      onFree: (now: number) => A
-    ): Effect.Effect<A | ReleaseResult> =>
+  return {
+    name: "memory",
+    tryAcquire: (request) =>
+      Effect.flatMap(nowMillis, (now): Effect.Effect<AcquireResult, LockBackendError> => {
+        if (store.liveReadWrite(request.key, now) !== undefined) {
+          return Effect.fail(kindConflict(request.key, "acquire", "a read-write lock", "a lock"))
+        }
+        const entry = live(request.key, now)
+        if (entry === undefined) {
+          return Effect.succeed({ _tag: "Acquired", fencingToken: store.grant(request.key, request, now) })
+        }
+        const count = entry.holders.get(request.owner)
+        if (count === undefined) return Effect.succeed({ _tag: "Busy", ttlMillis: entry.expiresAt - now })
+        entry.holders.set(request.owner, count + 1)
+        entry.expiresAt = now + request.leaseMillis
+        return Effect.succeed({
+          _tag: "Acquired",
+          fencingToken: request.fencing ? store.currentToken(request.key) : 0n
+        })
+      }),
+    renew: (requests) =>
+      Effect.map(nowMillis, (now) =>
+        requests.map((request) => {
+          const entry = live(request.key, now)
+          if (entry === undefined) return expired
+          if (!entry.holders.has(request.owner)) return stolen
+          entry.expiresAt = now + request.leaseMillis
+          return renewed
+        })),
+    release: (key, owner) =>
+      releaseWith(key, owner, () => {
+        notifier.notify(key)
+        return released
+      }),
+    // Every waiter of this backend is in this process, so a release always hands over.
+    handOver: (key, from, to): Effect.Effect<HandOverResult> =>
+      releaseWith(key, from, (now) => ({ _tag: "HandedOver", fencingToken: store.grant(key, to, now) })),
+    forceRelease: (key) =>
       Effect.map(nowMillis, (now) => {
         const entry = live(key, now)
-        const count = entry?.holders.get(owner)
-        if (entry === undefined || count === undefined) return notHeld
-        if (count > 1) {
-          entry.holders.set(owner, count - 1)
-          return stillHeld
-        }
         locks.delete(key)
-        return onFree(now)
-      })
-
-    return {
-      name: "memory",
-      tryAcquire: (request) =>
-        Effect.map(nowMillis, (now): AcquireResult => {
-          const entry = live(request.key, now)
-          if (entry === undefined) return { _tag: "Acquired", fencingToken: grant(request.key, request, now) }
-          const count = entry.holders.get(request.owner)
-          if (count === undefined) return { _tag: "Busy", ttlMillis: entry.expiresAt - now }
-          entry.holders.set(request.owner, count + 1)
-          entry.expiresAt = now + request.leaseMillis
-          return { _tag: "Acquired", fencingToken: request.fencing ? tokens.get(request.key) ?? 0n : 0n }
-        }),
-      renew: (requests) =>
-        Effect.map(nowMillis, (now) =>
-          requests.map((request) => {
-            const entry = live(request.key, now)
-            if (entry === undefined) return expired
-            if (!entry.holders.has(request.owner)) return stolen
-            entry.expiresAt = now + request.leaseMillis
-            return renewed
-          })),
-      release: (key, owner) =>
-        releaseWith(key, owner, () => {
-          notify(key)
-          return released
-        }),
-      // Every waiter of this backend is in this process, so a release always hands over.
-      handOver: (key, from, to): Effect.Effect<HandOverResult> =>
-        releaseWith(key, from, (now) => ({ _tag: "HandedOver", fencingToken: grant(key, to, now) })),
-      forceRelease: (key) =>
-        Effect.map(nowMillis, (now) => {
-          const entry = live(key, now)
-          locks.delete(key)
-          if (entry !== undefined) notify(key)
-          return entry !== undefined
-        }),
-      inspect: (key) =>
-        Effect.map(nowMillis, (now): Option.Option<LockInfo> => {
-          const entry = live(key, now)
-          if (entry === undefined) return Option.none()
-          return Option.some({
-            key,
-            holders: Array.from(entry.holders, ([owner, holdCount]) => ({ owner, holdCount })),
-            ttlMillis: entry.expiresAt - now
-          })
-        }),
-      subscribe: (key) => Effect.sync(() => void subscribed.add(key)),
-      unsubscribe: (key) => Effect.sync(() => void subscribed.delete(key)),
-      notifications,
-      semaphore: makeMemorySemaphores(notify),
-      lockCount: Effect.map(nowMillis, (now) => {
-        let count = 0
-        for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++
-        return count
-      })
-    }
-  }
-)
+        if (entry !== undefined) notifier.notify(key)
+        return entry !== undefined
+      }),
+    inspect: (key) =>
+      Effect.map(nowMillis, (now): Option.Option<LockInfo> => {
+        const entry = live(key, now)
+        if (entry === undefined) return Option.none()
+        return Option.some({
+          key,
+          holders: Array.from(entry.holders, ([owner, holdCount]) => ({ owner, holdCount })),
+          ttlMillis: entry.expiresAt - now
+        })
+      }),
+    subscribe: notifier.subscribe,
+    unsubscribe: notifier.unsubscribe,
+    notifications: notifier.notifications,
+    semaphore: makeMemorySemaphores(notifier.notify),
+    kinds: { fair },
+    lockCount: Effect.map(nowMillis, (now) => {
+      let count = 0
+      for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++
+      return count
+    })
+  } satisfies MemoryPrimitives
+})
 
 /**
  * The service around `primitives` (memory ones, or memory ones wrapped by a test), with the

@@ -48,6 +48,12 @@ export type {
 } from "./LockBackend.js"
 
 /**
+ * @since 0.3.0
+ * @category models
+ */
+export type { KindName, KindPrimitives, LockKinds } from "./LockKinds.js"
+
+/**
  * @since 0.1.0
  */
 export * from "./LockError.js"
@@ -75,4 +81,5 @@ export * as LockMetrics from "./LockMetrics.js"
 /**
  * @since 0.3.0
  */
+export * as FairLock from "./FairLock.js"
 export * as Semaphore from "./Semaphore.js"

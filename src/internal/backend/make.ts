@@ -8,6 +8,8 @@
  *   backend can do that in the same call;
  * - `renewals`: the renewal scheduler (`renewals.ts`): renewals due at the same instant go out
  *   together, 100 to a `primitives.renew` call;
+ * - `kinds`: the same machinery built for each lock kind the backend offers (`LockKinds`), so a
+ *   fair lock or a read lock has waiters, holds and renewals of its own;
  * - shutdown: when the scope closes, acquisitions start failing, waiters are woken (to fail), the
  *   programs holding locks are interrupted and their locks released, all within
  *   `SHUTDOWN_TIMEOUT_MILLIS`, before anything the backend needs (connections) closes.
@@ -15,8 +17,15 @@
 import type { Scope } from "effect"
 import type { MetricLabel as MetricLabelType, Tracer } from "effect"
 import { Deferred, Effect, Exit, FiberId, MetricLabel, Option, Queue } from "effect"
-import type { LockBackendShape, LockPrimitives, ReleaseResult, TypeId as LockBackendTypeId } from "../../LockBackend.js"
-import type { LockBackendError } from "../../LockError.js"
+import type {
+  LockBackendShape,
+  LockPrimitives,
+  LockRequest,
+  ReleaseResult,
+  TypeId as LockBackendTypeId
+} from "../../LockBackend.js"
+import { LockBackendError } from "../../LockError.js"
+import type { KindName, KindPrimitives } from "../../LockKinds.js"
 import type { Hold } from "../lock/hold.js"
 import { stopHolds } from "../lock/shutdown.js"
 import * as metrics from "../metrics.js"
@@ -54,12 +63,34 @@ export interface Backend extends LockBackendShape {
     owner: string,
     span?: Tracer.AnySpan | undefined
   ) => Effect.Effect<ReleaseResult, LockBackendError>
+  /** A waiter left without the lock: tell the backend (a kind's `abandon`), logging a failure. */
+  readonly abandon: ((request: LockRequest) => Effect.Effect<void>) | undefined
+  /** The machinery built for each lock kind the backend offers. */
+  readonly kinds: { readonly [K in KindName]?: Backend }
 }
 
 export const backendOf = (service: LockBackendShape): Backend => service as Backend
 
+const kindNames: Record<KindName, string> = { fair: "fair locks", read: "read-write locks", write: "read-write locks" }
+
+/** The machinery of lock kind `kind` on `backend`, or a `LockBackendError` saying it has none. */
+export const kindOf = (backend: Backend, kind: KindName, key: string): Backend | LockBackendError =>
+  backend.kinds[kind] ?? new LockBackendError({
+    backend: backend.name,
+    operation: "acquire",
+    key,
+    cause: new Error(`the ${backend.name} backend does not support ${kindNames[kind]}`)
+  })
+
 export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape, never, Scope.Scope> =>
   Effect.gen(function*() {
+    // Each kind's machinery first: its shutdown finaliser then runs after the mutex's.
+    const kinds: { [K in KindName]?: Backend } = {}
+    for (
+      const [name, kind] of Object.entries(primitives.kinds ?? {}) as Array<[KindName, KindPrimitives | undefined]>
+    ) {
+      if (kind !== undefined) kinds[name] = backendOf(yield* make(kind))
+    }
     const logged = (what: string) => (effect: Effect.Effect<unknown, LockBackendError>) =>
       Effect.catchAll(
         Effect.asVoid(effect),
@@ -116,7 +147,9 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
         holds.delete(hold)
         if (closing && holds.size === 0) Deferred.unsafeDone(drained, Exit.void)
       },
-      release: (key, owner, span) => releaseHandingOver(queue, primitives, labels, key, owner, span)
+      release: (key, owner, span) => releaseHandingOver(queue, primitives, labels, key, owner, span),
+      abandon: abandonOf(primitives, logged),
+      kinds
     }
     if (semaphores !== undefined) semaphores.view = makeView(backend, semaphores)
     // Registered last, so it runs first when the scope closes: the holds are released while the
@@ -145,6 +178,16 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
     )
     return backend
   })
+
+const abandonOf = (
+  primitives: LockPrimitives & { readonly abandon?: KindPrimitives["abandon"] },
+  logged: (what: string) => (effect: Effect.Effect<unknown, LockBackendError>) => Effect.Effect<void>
+) => {
+  const abandon = primitives.abandon
+  return abandon === undefined ?
+    undefined :
+    (request: LockRequest) => abandon(request).pipe(logged(`Leaving the queue of lock "${request.key}"`))
+}
 
 /** How long closing a backend waits for the releases of the holds it serves. */
 export const SHUTDOWN_TIMEOUT_MILLIS = 5_000

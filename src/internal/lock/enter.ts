@@ -9,9 +9,11 @@ import { Context, Effect, FiberRef, Option, Scope } from "effect"
 import type { Lease, Program } from "../../Lock.js"
 import type { LockRequest } from "../../LockBackend.js"
 import { LockBackend } from "../../LockBackend.js"
-import type { LockBackendError, LockLostError, LockTimeoutError } from "../../LockError.js"
+import type { LockLostError, LockTimeoutError } from "../../LockError.js"
+import { LockBackendError } from "../../LockError.js"
+import type { KindName } from "../../LockKinds.js"
 import type { Backend } from "../backend/make.js"
-import { backendOf } from "../backend/make.js"
+import { backendOf, kindOf } from "../backend/make.js"
 import * as metrics from "../metrics.js"
 import type { Restore } from "../restore.js"
 import { isTracing } from "../tracing.js"
@@ -22,6 +24,7 @@ import type { Hold } from "./hold.js"
 import { makeHold, releaseHold } from "./hold.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
+import type { Region } from "./region.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
 import { watch } from "./watchdog.js"
 
@@ -56,14 +59,16 @@ const acquireFresh = <E, Busy extends undefined>(
   attempt: Attempt<E, Busy>,
   restore: Restore,
   scope: Scope.Scope | undefined,
-  fiber: Fiber.RuntimeFiber<unknown, unknown>
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  owner: string | undefined
 ): Effect.Effect<Hold | Busy, E> =>
   Effect.suspend(() => {
     const request: LockRequest = {
       key,
-      owner: newOwnerId(),
+      owner: owner ?? newOwnerId(),
       leaseMillis: options.leaseMillis,
-      fencing: options.fencing
+      fencing: options.fencing,
+      waiting: attempt !== once && options.waitMillis > 0
     }
     const held = (acquired: Acquired): Hold => {
       const hold = makeHold(
@@ -160,67 +165,118 @@ const reenter = <A, E, R>(
     })
   })
 
+/**
+ * How a lock kind other than the mutex enters (`FairLock`, `ReadWriteLock`): through the machinery
+ * the backend built for `kind`, and, before a fresh acquisition, `check` may refuse (an upgrade
+ * from a read lock) or name the owner to reuse (a read lock taken under one's own write lock).
+ */
+export interface KindEntry<EK> {
+  readonly kind: KindName
+  readonly check?:
+    | ((region: Region | undefined, backend: Backend, key: string) => EK | { readonly owner: string } | undefined)
+    | undefined
+}
+
+/** The backend to enter (the kind's, when given), and the owner a fresh hold reuses, or the refusal. */
+const entering = <EK>(
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  key: string,
+  entry: KindEntry<EK> | undefined
+): { readonly backend: Backend; readonly check: KindEntry<EK>["check"] } | LockBackendError => {
+  const base = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
+  if (entry === undefined) return { backend: base, check: undefined }
+  const backend = kindOf(base, entry.kind, key)
+  return backend instanceof LockBackendError ? backend : { backend, check: entry.check }
+}
+
+const checked = <EK>(
+  check: KindEntry<EK>["check"],
+  region: Region | undefined,
+  backend: Backend,
+  key: string
+): { readonly owner: string | undefined } | EK => {
+  if (check === undefined) return { owner: undefined }
+  const result = check(region, backend, key)
+  return result === undefined ? { owner: undefined } : result
+}
+
+const isOwner = (u: unknown): u is { readonly owner: string | undefined } =>
+  typeof u === "object" && u !== null && !(u instanceof Error) && "owner" in u
+
 /** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
-export const runLocked = <A, E, R, E2, Busy extends undefined>(
+export const runLocked = <A, E, R, E2, Busy extends undefined, EK = never>(
   key: string,
   options: ResolvedOptions,
   attempt: Attempt<E2, Busy>,
-  program: Program<A, E, R>
-): Effect.Effect<A | Busy, E | E2 | LockLostError, R | LockBackend> =>
+  program: Program<A, E, R>,
+  entry?: KindEntry<EK> | undefined
+): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError, R | LockBackend> =>
   // The backend and the region are read from the fiber synchronously: this is the hot path.
   Effect.withFiberRuntime((fiber) => {
-    const backend = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
     const region = fiber.getFiberRef(currentRegion)
+    const enter = entering(fiber, key, entry)
+    if (enter instanceof LockBackendError) return Effect.fail(enter)
+    const backend = enter.backend
     const reentered = findHold(region, backend, key)
     if (reentered !== undefined) return reenter(reentered, program, fiber)
+    const owner = checked(enter.check, region, backend, key)
+    if (!isOwner(owner)) return Effect.fail(owner)
     return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, undefined, fiber), (hold): Effect.Effect<
-        A | Busy,
-        E | E2 | LockLostError,
-        R
-      > => {
-        if (hold === undefined) return Effect.succeed(hold as Busy)
-        return Effect.flatMap(
-          Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
-          (exit) => Effect.zipRight(releaseHold(hold), exit)
-        )
-      })
+      Effect.flatMap(
+        acquireFresh(backend, key, options, attempt, restore, undefined, fiber, owner.owner),
+        (hold): Effect.Effect<A | Busy, E | E2 | LockLostError, R> => {
+          if (hold === undefined) return Effect.succeed(hold as Busy)
+          return Effect.flatMap(
+            Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
+            (exit) => Effect.zipRight(releaseHold(hold), exit)
+          )
+        }
+      )
     )
   })
 
 /** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
-export const enterScoped = <E, Busy extends undefined>(
+export const enterScoped = <E, Busy extends undefined, EK = never>(
   key: string,
   options: ResolvedOptions,
-  attempt: Attempt<E, Busy>
-): Effect.Effect<Lease | Busy, E, LockBackend | Scope.Scope> =>
+  attempt: Attempt<E, Busy>,
+  entry?: KindEntry<EK> | undefined
+): Effect.Effect<Lease | Busy, E | EK | LockBackendError, LockBackend | Scope.Scope> =>
   Effect.withFiberRuntime((fiber) => {
-    const backend = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
     const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
     const region = fiber.getFiberRef(currentRegion)
-    return Effect.uninterruptibleMask((restore) => {
+    const enter = entering(fiber, key, entry)
+    if (enter instanceof LockBackendError) return Effect.fail(enter)
+    const backend = enter.backend
+    return Effect.uninterruptibleMask((restore): Effect.Effect<Lease | Busy, E | EK> => {
       const reentered = findHold(region, backend, key)
       if (reentered !== undefined) {
         reentered.count++
         metrics.count(metrics.reentries, backend.labels)
         return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
       }
-      return Effect.flatMap(acquireFresh(backend, key, options, attempt, restore, scope, fiber), (hold): Effect.Effect<
-        Lease | Busy
-      > =>
-        hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
-          // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
-          // scope closes, the hold leaves the region of the fiber that closes it, then is released.
-          // One closure per hold, and the finaliser's effect made only when the scope closes.
-          Effect.zipRight(
-            Scope.addFinalizerExit(
-              scope,
-              () =>
-                Effect.zipRight(FiberRef.update(currentRegion, (current) => without(current, hold)), releaseHold(hold))
+      const owner = checked(enter.check, region, backend, key)
+      if (!isOwner(owner)) return Effect.fail(owner)
+      return Effect.flatMap(
+        acquireFresh(backend, key, options, attempt, restore, scope, fiber, owner.owner),
+        (hold): Effect.Effect<Lease | Busy> =>
+          hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
+            // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
+            // scope closes, the hold leaves the region of the fiber that closes it, then is released.
+            // One closure per hold, and the finaliser's effect made only when the scope closes.
+            Effect.zipRight(
+              Scope.addFinalizerExit(
+                scope,
+                () =>
+                  Effect.zipRight(
+                    FiberRef.update(currentRegion, (current) => without(current, hold)),
+                    releaseHold(hold)
+                  )
+              ),
+              FiberRef.update(currentRegion, (current) => extend(current, hold))
             ),
-            FiberRef.update(currentRegion, (current) => extend(current, hold))
-          ),
-          makeLease(hold)
-        ))
+            makeLease(hold)
+          )
+      )
     })
   })

@@ -170,6 +170,12 @@ const waitFor = (
         }),
       // Kept: the waiter got in (by its own attempt or a hand-over it took). Otherwise a lock handed
       // to it while it was being interrupted is released on its behalf.
-      (signal, exit) => signal.leave(Exit.isSuccess(exit))
+      // A kind that remembers waiters (a fair lock's queue) is told when one leaves empty-handed.
+      (signal, exit) => {
+        const left = signal.leave(Exit.isSuccess(exit))
+        return Exit.isSuccess(exit) || backend.abandon === undefined || !request.waiting
+          ? left
+          : Effect.zipRight(left, backend.abandon(request))
+      }
     )
   })
