@@ -2,197 +2,13 @@
  * Turns a run into `docs/benchmarks.md`: the targets with their ratios, one table per scenario, the
  * machine, the command, and how to read it all.
  */
-import type { BenchResults, Failed, Outcome } from "./results.js"
+import { best, dec, failedRows, floorName, holdMillis, int, mib, ok, peers, ratio, subject, table } from "./format.js"
+import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
 import type { SerialResult } from "./scenarios/serial.js"
-
-const SUBJECT = "effect-lock"
-
-// --- formatting -------------------------------------------------------------------------------------
-
-const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "–")
-const dec = (n: number, digits: number) => (Number.isFinite(n) ? n.toFixed(digits) : "–")
-const mib = (bytes: number) => `${bytes >= 0 ? "+" : "−"}${dec(Math.abs(bytes) / 2 ** 20, 1)} MiB`
-const ratio = (n: number) => (Number.isFinite(n) ? `${n >= 10 ? dec(n, 0) : dec(n, 2)}×` : "–")
-const mark = (met: boolean | undefined) => (met === undefined ? "–" : met ? "✅" : "❌")
-
-const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string>>, align?: string) =>
-  [
-    `| ${header.join(" | ")} |`,
-    `| ${align === undefined ? header.map((_, i) => (i === 0 ? "---" : "---:")).join(" | ") : align} |`,
-    ...rows.map((row) => `| ${row.join(" | ")} |`)
-  ].join("\n")
-
-const ok = <A>(outcomes: ReadonlyArray<Outcome<A>>): ReadonlyArray<A> => outcomes.filter((o): o is A => !isFailed(o))
-const failedRows = <A>(outcomes: ReadonlyArray<Outcome<A>>, width: number) =>
-  outcomes.filter(isFailed).map((f: Failed) => [f.library, `failed: ${f.error}`, ...Array<string>(width - 2).fill("")])
-
-const subject = <A extends { readonly library: string }>(outcomes: ReadonlyArray<Outcome<A>>) =>
-  ok(outcomes).find((o) => o.library === SUBJECT)
-const peers = <A extends { readonly library: string }>(outcomes: ReadonlyArray<Outcome<A>>) =>
-  ok(outcomes).filter((o) => o.library !== SUBJECT)
-const best = <A>(items: ReadonlyArray<A>, score: (a: A) => number, lowest = false) =>
-  items.reduce<A | undefined>(
-    (acc, item) => acc === undefined || (lowest ? score(item) < score(acc) : score(item) > score(acc)) ? item : acc,
-    undefined
-  )
-
-const floorName = { default: "default options", autoPipelining: "auto-pipelining" } as const
-
-// --- targets ----------------------------------------------------------------------------------------
-
-export interface TargetRow {
-  readonly target: string
-  readonly measured: string
-  readonly ratio: string
-  readonly met: boolean | undefined
-}
-
-export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
-  const rows: Array<TargetRow> = []
-  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
-
-  const serial = subject(results.serial)
-  if (serial !== undefined && raw !== undefined) {
-    const twoTrips = 2 * raw.singleP50 * 1000
-    const r = serial.latency.p50 / twoTrips
-    const floor = raw.floors.map((f) => `${dec(f.serial.latency.p50, 1)} µs ${floorName[f.client]}`).join(", ")
-    rows.push({
-      target: "Serial p50 ≤ 1.2 × two raw `EVALSHA` round trips",
-      measured: `${dec(serial.latency.p50, 1)} µs vs 2 × ${
-        dec(raw.singleP50 * 1000, 0)
-      } µs (ioredis pair, no library: ${floor})`,
-      ratio: ratio(r),
-      met: r <= 1.2
-    })
-  }
-
-  const distinct = subject(results.distinct)
-  const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
-  if (distinct !== undefined && distinctPeer !== undefined) {
-    const r = distinct.opsPerSecond / distinctPeer.opsPerSecond
-    rows.push({
-      target: "Distinct-key throughput ≥ 2 × best peer",
-      measured: `${int(distinct.opsPerSecond)} ops/s vs ${int(distinctPeer.opsPerSecond)} (${distinctPeer.library})`,
-      ratio: ratio(r),
-      met: r >= 2
-    })
-  }
-
-  const handoff = subject(results.handoff)
-  const handoffPeers = peers(results.handoff)
-  const fastestPeer = best(handoffPeers, (p) => p.acquisitionsPerSecond)
-  if (handoff !== undefined && fastestPeer !== undefined) {
-    const r = handoff.acquisitionsPerSecond / fastestPeer.acquisitionsPerSecond
-    rows.push({
-      target: "Hand-off acquisitions/s ≥ 1.5 × best peer",
-      measured: `${int(handoff.acquisitionsPerSecond)} /s vs ${
-        int(fastestPeer.acquisitionsPerSecond)
-      } (${fastestPeer.library})`,
-      ratio: ratio(r),
-      met: r >= 1.5
-    })
-  }
-  const steadiestPeer = best(handoffPeers.filter((p) => p.wait.count > 0), (p) => p.wait.p99, true)
-  if (handoff !== undefined && steadiestPeer !== undefined) {
-    const r = steadiestPeer.wait.p99 / handoff.wait.p99
-    rows.push({
-      target: "Hand-off wait p99 ≤ 1/10 of best peer's",
-      measured: `${dec(handoff.wait.p99, 1)} ms vs ${dec(steadiestPeer.wait.p99, 1)} ms (${steadiestPeer.library})`,
-      ratio: `1/${dec(r, 1)}`,
-      met: r >= 10
-    })
-  }
-  if (handoff !== undefined) {
-    rows.push({
-      target: "Hand-off fairness (min/max acquisitions per worker) ≥ 0.8",
-      measured: `${handoff.minPerWorker} / ${handoff.maxPerWorker}`,
-      ratio: dec(handoff.fairness, 2),
-      met: handoff.fairness >= 0.8
-    })
-    rows.push({
-      target: "Hand-off overlaps = 0",
-      measured: `${handoff.overlaps}`,
-      ratio: "",
-      met: handoff.overlaps === 0
-    })
-  }
-
-  const waiters = subject(results.waiters)
-  if (waiters !== undefined) {
-    rows.push({
-      target: "≤ 2 Redis connections with 1,000 waiters",
-      measured: `${waiters.connectionsWaiting}`,
-      ratio: "",
-      met: waiters.connectionsWaiting <= 2
-    })
-    rows.push({
-      target: "≤ 3 Redis commands per contended acquisition (1,000 waiters, release included)",
-      measured: `${dec(waiters.commandsPerAcquisition, 2)}`,
-      ratio: "",
-      met: waiters.commandsPerAcquisition <= 3
-    })
-  }
-
-  const reentrant = subject(results.reentrant)
-  if (reentrant?.redisCommandsDuringLoop !== undefined) {
-    rows.push({
-      target: "Reentrant acquire makes no Redis call",
-      measured: `${reentrant.redisCommandsDuringLoop} commands in ${
-        int(reentrant.iterations ?? NaN)
-      } nested acquires, ${int(reentrant.nanosPerNested ?? NaN)} ns each`,
-      ratio: "",
-      met: reentrant.redisCommandsDuringLoop === 0
-    })
-  }
-  return rows
-}
-
-/** Facts from the same run that bound what any library could reach on the targets. */
-export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
-  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
-  const lines: Array<string> = []
-  if (raw !== undefined) {
-    const twoTrips = 2 * raw.singleP50 * 1000
-    const bestFloor = best(raw.floors, (f) => f.serial.latency.p50, true)
-    if (bestFloor !== undefined) {
-      lines.push(
-        `Two round trips of the C client \`redis-benchmark\` take ${
-          dec(twoTrips, 0)
-        } µs at the median; a bare ioredis ` +
-          `acquire + release pair from this Node process takes ${dec(bestFloor.serial.latency.p50, 1)} µs ` +
-          `(${ratio(bestFloor.serial.latency.p50 / twoTrips)} as long) before any lock library adds anything.`
-      )
-    }
-    const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
-    const fastestFloor = best(raw.floors, (f) => f.distinctOpsPerSecond)
-    if (distinctPeer !== undefined && fastestFloor !== undefined) {
-      lines.push(
-        `64 bare ioredis loops reach ${int(fastestFloor.distinctOpsPerSecond)} acquire + release pairs/s, ` +
-          `${ratio(fastestFloor.distinctOpsPerSecond / distinctPeer.opsPerSecond)} the best peer: the ceiling for a ` +
-          `library on ioredis in this process.`
-      )
-    }
-  }
-  const hold = holdMillis(results)
-  if (hold !== undefined) {
-    lines.push(
-      `A hold of \`Effect.sleep("1 millis")\` took about ${dec(hold, 2)} ms here (effect-lock's time per ` +
-        `acquisition minus its hand-off gap), so a lock that passed on the moment it was released would ` +
-        `reach about ${int(1000 / hold)} hand-offs/s; the peers' rates come with the re-grabs and ` +
-        "fairness shown under *Hand-off*."
-    )
-  }
-  return lines
-}
-
-export const renderTargets = (results: BenchResults): string =>
-  table(
-    ["Target", "Measured", "Ratio", "Met"],
-    targets(results).map((row) => [row.target, row.measured, row.ratio, mark(row.met)]),
-    "--- | --- | ---: | :---:"
-  )
+import { memorySection, promiseSection, scaleSection } from "./sections.js"
+import { renderTargets, targetContext, targets } from "./targets.js"
 
 // --- README headline ------------------------------------------------------------------------------
 
@@ -232,11 +48,22 @@ export const renderHeadline = (results: BenchResults): string => {
   const serial = subject(results.serial)
   const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
   if (serial !== undefined && raw !== undefined) {
-    const floor = best(raw.floors, (f) => f.serial.latency.p50, true)
+    const floor = raw.floors.find((f) => f.client === "default")
+    const fastest = best(peers(results.serial), (p) => p.latency.p50, true)
     lines.push(
-      `**Uncontended** acquire + release: p50 ${dec(serial.latency.p50, 0)} µs, ` +
-        `${ratio(serial.latency.p50 / (2 * raw.singleP50 * 1000))} two raw \`EVALSHA\` round trips` +
-        (floor === undefined ? "." : ` (a bare ioredis pair: ${dec(floor.serial.latency.p50, 0)} µs).`)
+      `**Uncontended** acquire + release: p50 ${dec(serial.latency.p50, 0)} µs and ${
+        dec(serial.cpuMicrosPerOp, 0)
+      } µs of CPU` +
+        (floor === undefined
+          ? ""
+          : `; a bare ioredis pair of the same two scripts: ${dec(floor.serial.latency.p50, 0)} µs, ${
+            dec(floor.serial.cpuMicrosPerOp, 0)
+          } µs of CPU`) +
+        (fastest === undefined
+          ? "."
+          : `; the fastest peer, ${fastest.library}: ${dec(fastest.latency.p50, 0)} µs, ${
+            dec(fastest.cpuMicrosPerOp, 0)
+          } µs of CPU.`)
     )
   }
   const distinct = subject(results.distinct)
@@ -326,11 +153,12 @@ const serialSection = (results: BenchResults) => {
     int(r.opsPerSecond),
     `${dec(r.latency.p50, 1)} µs`,
     `${dec(r.latency.p99, 1)} µs`,
+    `${dec(r.cpuMicrosPerOp, 0)} µs`,
     int(r.latency.count)
   ])
   return `### a. Serial: one fiber, uncontended key
 
-${table(["Library", "Ops/s", "p50", "p99", "Samples"], [...rows, ...failedRows(results.serial, 5)])}
+${table(["Library", "Ops/s", "p50", "p99", "CPU per op", "Samples"], [...rows, ...failedRows(results.serial, 6)])}
 
 Each library runs in ${
     ok(results.serial)[0]?.rounds ?? 0
@@ -338,7 +166,9 @@ Each library runs in ${
 libraries and the raw references; the table pools the rounds.
 
 One operation is a whole \`withLock\` (or the peer's equivalent) around an empty critical section: acquire,
-release, and whatever the library does around them (leases, watchdog timers, spans).
+release, and whatever the library does around them (leases, watchdog timers, spans). *CPU per op*
+is this process's user + system time over the measured windows divided by the operations (the
+server's CPU is not in it).
 `
 }
 
@@ -359,13 +189,6 @@ const raw2 = (results: BenchResults) =>
   results.raw !== undefined && !isFailed(results.raw)
     ? `two raw \`EVALSHA\` round trips at ${dec(2 * results.raw.singleP50 * 1000, 0)} µs for comparison`
     : "no raw measurement in this run"
-
-/** How long a hold took in the hand-off scenario: effect-lock's time per acquisition minus its gap. */
-const holdMillis = (results: BenchResults): number | undefined => {
-  const handoff = subject(results.handoff)
-  if (handoff === undefined || !(handoff.acquisitionsPerSecond > 0)) return undefined
-  return 1000 / handoff.acquisitionsPerSecond - handoff.gap.p50 / 1000
-}
 
 const handoffSection = (results: BenchResults) => {
   const rows = ok(results.handoff).map((r: HandoffResult) => [
@@ -564,6 +387,9 @@ ${distinctSection(results)}
 ${handoffSection(results)}
 ${waitersSection(results)}
 ${reentrantSection(results)}
+${promiseSection(results)}
+${memorySection(results)}
+${scaleSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 

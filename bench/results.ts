@@ -1,8 +1,11 @@
 /** The shape of one bench run, as the report reads it. */
 import type { DistinctResult } from "./scenarios/distinct.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
+import type { MemoryResult } from "./scenarios/memory.js"
+import type { PromiseResult } from "./scenarios/promise.js"
 import type { RawResult } from "./scenarios/raw.js"
 import type { ReentrantResult } from "./scenarios/reentrant.js"
+import type { ScaleResult } from "./scenarios/scale.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import type { WaitersResult } from "./scenarios/waiters.js"
 
@@ -51,6 +54,11 @@ export interface BenchResults {
   readonly handoff: ReadonlyArray<Outcome<HandoffResult>>
   readonly waiters: ReadonlyArray<Outcome<WaitersResult>>
   readonly reentrant: ReadonlyArray<Outcome<ReentrantResult>>
+  /** Promise-land callers (optional: runs before it was added have none). */
+  readonly promise?: ReadonlyArray<Outcome<PromiseResult>> | undefined
+  readonly memory?: Outcome<MemoryResult> | undefined
+  /** 10,000 holds and 10,000 waiters in one process. */
+  readonly atScale?: Outcome<ScaleResult> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

@@ -6,7 +6,8 @@
  * - `REDIS_URL`: use this server (loopback only: it is flushed) instead of starting one;
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
- * - `BENCH_SCENARIOS`: comma-separated subset of `raw,serial,distinct,handoff,waiters,reentrant`.
+ * - `BENCH_SCENARIOS`: comma-separated subset of
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -20,7 +21,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, totalmem } from "node:os"
 import type { LockLibrary } from "./peers.js"
 import { backgroundErrors, libraries } from "./peers.js"
-import { renderHeadline, renderMarkdown, renderTargets } from "./report.js"
+import { renderHeadline, renderMarkdown } from "./report.js"
 import type { BenchResults, Machine, Outcome } from "./results.js"
 import { isFailed } from "./results.js"
 import type { BenchContext } from "./scenarios/common.js"
@@ -28,9 +29,13 @@ import { describeFailure } from "./scenarios/common.js"
 import type { DistinctRound } from "./scenarios/distinct.js"
 import { combineDistinct, DISTINCT_ROUNDS, distinctRound } from "./scenarios/distinct.js"
 import { handoff } from "./scenarios/handoff.js"
+import { memory } from "./scenarios/memory.js"
+import type { PromiseResult } from "./scenarios/promise.js"
+import { PROMISE_ROUNDS, promiseCallers, promiseRound } from "./scenarios/promise.js"
 import type { FloorClient, FloorResult, RawResult, RedisBenchmarkResult } from "./scenarios/raw.js"
 import { floorDistinctRound, floorSerialRound, loadAcquire, median, redisBenchmark } from "./scenarios/raw.js"
 import { reentrant } from "./scenarios/reentrant.js"
+import { scale as scaleScenario } from "./scenarios/scale.js"
 import type { SerialRound } from "./scenarios/serial.js"
 import { combineSerial, SERIAL_ROUNDS, serialRound } from "./scenarios/serial.js"
 import { waiters } from "./scenarios/waiters.js"
@@ -38,13 +43,24 @@ import { installCommandCounter } from "./support/commands.js"
 import { openAdmin, startServer } from "./support/redis.js"
 import { now } from "./support/stats.js"
 import { renderChart } from "./svg.js"
+import { renderTargets } from "./targets.js"
 
 const unhandledRejections: Array<string> = []
 process.on("unhandledRejection", (reason) => {
   unhandledRejections.push(reason instanceof Error ? `${reason.name}: ${reason.message}` : String(reason))
 })
 
-const scenarioNames = ["raw", "serial", "distinct", "handoff", "waiters", "reentrant"] as const
+const scenarioNames = [
+  "raw",
+  "serial",
+  "distinct",
+  "handoff",
+  "waiters",
+  "reentrant",
+  "promise",
+  "memory",
+  "scale"
+] as const
 type ScenarioName = typeof scenarioNames[number]
 
 const list = (name: string): ReadonlyArray<string> | undefined => {
@@ -268,7 +284,7 @@ const main = async () => {
           const s = combineSerial(client, serial)
           floors.push({
             client,
-            serial: { opsPerSecond: s.opsPerSecond, latency: s.latency },
+            serial: { opsPerSecond: s.opsPerSecond, latency: s.latency, cpuMicrosPerOp: s.cpuMicrosPerOp },
             distinctOpsPerSecond: combineDistinct(client, distinct).opsPerSecond
           })
         }
@@ -319,6 +335,62 @@ const main = async () => {
         ? `${fixed(r.nanosPerNested ?? NaN)} ns/nested, ${r.redisCommandsDuringLoop} redis commands`
         : r.nestedOutcome)
 
+    // g. Promise-land callers, in rounds that take turns like the serial scenario's.
+    const promiseOutcomes: Array<Outcome<PromiseResult>> = []
+    if (runs("promise") && (libraryFilter === undefined || libraryFilter.includes("effect-lock"))) {
+      t = now()
+      const pooled = new Map<string, Array<SerialRound> | string>(promiseCallers.map(([name]) => [name, []]))
+      for (let round = 0; round < PROMISE_ROUNDS; round++) {
+        for (const [name, open] of promiseCallers) {
+          const sofar = pooled.get(name)
+          if (typeof sofar === "string") continue
+          const exit = await Effect.runPromiseExit(promiseRound(ctx, open, name))
+          if (exit._tag === "Success") sofar!.push(exit.value)
+          else pooled.set(name, failure(exit))
+        }
+      }
+      for (const [name, rounds] of pooled) {
+        const result = typeof rounds === "string" ? { library: name, error: rounds } : combineSerial(name, rounds)
+        promiseOutcomes.push(result)
+        report(
+          "promise",
+          name,
+          isFailed(result)
+            ? `FAILED: ${result.error}`
+            : `p50 ${fixed(result.latency.p50, 1)} µs, CPU ${fixed(result.cpuMicrosPerOp, 0)} µs/op`,
+          t
+        )
+      }
+    }
+
+    // h, i: effect-lock alone.
+    const subjectAlone = libraryFilter === undefined || libraryFilter.includes("effect-lock")
+    const single = async <A>(scenario: ScenarioName, run: Effect.Effect<A>, describe: (a: A) => string) => {
+      if (!runs(scenario) || !subjectAlone) return undefined
+      const started = now()
+      const exit = await Effect.runPromiseExit(run)
+      const outcome: Outcome<A> = exit._tag === "Success"
+        ? exit.value
+        : { library: "effect-lock", error: failure(exit) }
+      report(scenario, "effect-lock", isFailed(outcome) ? `FAILED: ${outcome.error}` : describe(outcome), started)
+      return outcome
+    }
+    const memoryOutcome = await single(
+      "memory",
+      memory(ctx),
+      (r) => `withLock ${fixed(r.uncontendedCpuMicros, 2)} µs, reentrant ${fixed(r.reentrantCpuMicros, 2)} µs CPU`
+    )
+    const scaleOutcome = await single(
+      "scale",
+      scaleScenario(ctx),
+      (r) =>
+        `${fixed(r.heapPerHoldBytes)} B/hold, ${fixed(r.commandsPerRenewPeriod, 1)} cmds/renew period, ELD p99 ${
+          fixed(r.eventLoopDelayP99Millis, 1)
+        } ms, ${r.lostHolds} lost; ${r.connectionsWaiting} conns, ${fixed(r.heapPerWaiterBytes)} B/waiter, ${
+          fixed(r.commandsPerAcquisition, 2)
+        } cmds/acq`
+    )
+
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
@@ -339,6 +411,9 @@ const main = async () => {
       handoff: handoffResults,
       waiters: waitersResults,
       reentrant: reentrantResults,
+      promise: promiseOutcomes,
+      memory: memoryOutcome,
+      atScale: scaleOutcome,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }

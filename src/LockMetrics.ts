@@ -20,6 +20,7 @@
  * @since 0.2.0
  */
 import { Metric } from "effect"
+import * as timers from "./internal/timers.js"
 
 /**
  * Fresh acquisitions (a reentry into a held lock is not one; a hand-over is).
@@ -88,8 +89,6 @@ export const releaseFailures = Metric.counter("effect_lock_release_failures_tota
  */
 export const renewals = Metric.counter("effect_lock_renewals_total", { description: "Confirmed lease renewals" })
 
-const millisBoundaries = [1, 5, 10, 50, 100, 500, 1000, 5000, 30000, 300000]
-
 /**
  * How long acquisitions waited: from the first busy attempt to getting the lock or giving up. An
  * acquisition that found the lock free does not wait and is not recorded.
@@ -97,11 +96,7 @@ const millisBoundaries = [1, 5, 10, 50, 100, 500, 1000, 5000, 30000, 300000]
  * @since 0.2.0
  * @category histograms
  */
-export const waitTime = Metric.timerWithBoundaries(
-  "effect_lock_wait_duration",
-  millisBoundaries,
-  "How long acquisitions waited for a busy lock"
-)
+export const waitTime = timers.waitTime.metric
 
 /**
  * How long locks were held: from the acquisition to the release (or the loss).
@@ -109,11 +104,7 @@ export const waitTime = Metric.timerWithBoundaries(
  * @since 0.2.0
  * @category histograms
  */
-export const holdTime = Metric.timerWithBoundaries(
-  "effect_lock_hold_duration",
-  millisBoundaries,
-  "How long locks were held"
-)
+export const holdTime = timers.holdTime.metric
 
 /**
  * How long renewal calls took (one call renews every lease due at the same instant).
@@ -121,11 +112,7 @@ export const holdTime = Metric.timerWithBoundaries(
  * @since 0.2.0
  * @category histograms
  */
-export const renewLatency = Metric.timerWithBoundaries(
-  "effect_lock_renew_duration",
-  [0.5, 1, 2, 5, 10, 50, 100, 500, 1000, 5000],
-  "How long renewal calls took"
-)
+export const renewLatency = timers.renewLatency.metric
 
 /**
  * Locks held by this process right now (each under a watchdog).

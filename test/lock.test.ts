@@ -314,6 +314,45 @@ describe("reentrancy and owners (§2.2)", () => {
       assert.strictEqual(yield* t.backend.lockCount, 0)
     }))
 
+  it.scoped("thousands of holds acquired concurrently into one scope are each reentered once, then all released", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const keys = Array.from({ length: 2_000 }, (_, i) => `many:${i}`)
+      const scope = yield* Scope.make()
+      yield* Effect.forEach(keys, (key) => Lock.acquire(key), { concurrency: 64 }).pipe(
+        Scope.extend(scope),
+        Effect.provide(t.layer)
+      )
+      assert.strictEqual(t.calls.tryAcquire, keys.length)
+      const counts = yield* Effect.forEach(
+        keys,
+        (key) => withLock(key, (lease) => Effect.succeed(lease.holdCount), { wait: 0 })
+      ).pipe(Effect.provide(t.layer))
+      assert.isTrue(counts.every((count) => count === 2), "every key reentered the joined hold")
+      assert.strictEqual(t.calls.tryAcquire, keys.length, "the reentries made no backend call")
+      yield* Scope.close(scope, Exit.void)
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+      assert.isTrue(Option.isNone(yield* Lock.currentLease("many:0")))
+    }))
+
+  it.scoped("a hold acquired by a grandchild into the scope reaches the grandparent through two joins", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const scope = yield* Scope.make()
+      yield* Lock.acquire("outer").pipe(Scope.extend(scope), Effect.provide(t.layer))
+      const child = yield* Effect.fork(
+        Effect.flatMap(Effect.fork(Lock.acquire("deep").pipe(Scope.extend(scope))), Fiber.join).pipe(
+          Effect.provide(t.layer)
+        )
+      )
+      const lease = yield* Fiber.join(child)
+      assert.strictEqual(Option.getOrThrow(yield* Lock.currentLease("deep")).owner, lease.owner)
+      assert.isTrue(Option.isSome(yield* Lock.currentLease("outer")))
+      yield* Scope.close(scope, Exit.void)
+      assert.isTrue(Option.isNone(yield* Lock.currentLease("deep")))
+      assert.strictEqual(yield* t.backend.lockCount, 0)
+    }))
+
   it.scoped("siblings inside another lock's program exclude each other on a key nobody above holds", () =>
     Effect.gen(function*() {
       const t = yield* makeInstrumented

@@ -42,7 +42,7 @@ export type FloorClient = "default" | "autoPipelining"
 export interface FloorResult {
   readonly client: FloorClient
   /** Acquire + release pairs, one loop: microseconds. */
-  readonly serial: { readonly opsPerSecond: number; readonly latency: Summary }
+  readonly serial: { readonly opsPerSecond: number; readonly latency: Summary; readonly cpuMicrosPerOp: number }
   /** Acquire + release pairs from 64 loops on distinct keys. */
   readonly distinctOpsPerSecond: number
 }

@@ -18,6 +18,11 @@ export interface SerialResult {
   readonly opsPerSecond: number
   /** Latency of one acquire + release, in microseconds. */
   readonly latency: Summary
+  /**
+   * CPU time this process spent per acquire + release (user + system, `process.cpuUsage` over the
+   * measured windows), in microseconds: what the library costs around the round trips.
+   */
+  readonly cpuMicrosPerOp: number
   readonly seconds: number
   readonly rounds: number
 }
@@ -26,6 +31,8 @@ export interface SerialResult {
 export interface SerialRound {
   readonly samples: ReadonlyArray<number>
   readonly seconds: number
+  /** CPU time of this process over the measured window (user + system), microseconds. */
+  readonly cpuMicros: number
 }
 
 export const SERIAL_ROUNDS = 3
@@ -43,6 +50,7 @@ export const timeLoop = <E>(
     const warmupEnd = now() + warmupMs
     while (now() < warmupEnd) yield* once
     const samples: Array<number> = []
+    const cpuBefore = process.cpuUsage()
     const start = now()
     const end = start + ms
     let t = start
@@ -52,7 +60,8 @@ export const timeLoop = <E>(
       samples.push((after - t) * 1000)
       t = after
     }
-    return { samples, seconds: (t - start) / 1000 }
+    const cpu = process.cpuUsage(cpuBefore)
+    return { samples, seconds: (t - start) / 1000, cpuMicros: cpu.user + cpu.system }
   })
 
 export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
@@ -66,10 +75,12 @@ export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
 export const combineSerial = (library: string, rounds: ReadonlyArray<SerialRound>): SerialResult => {
   const samples = rounds.flatMap((round) => round.samples)
   const seconds = rounds.reduce((total, round) => total + round.seconds, 0)
+  const cpuMicros = rounds.reduce((total, round) => total + round.cpuMicros, 0)
   return {
     library,
     opsPerSecond: samples.length / seconds,
     latency: summarize(samples),
+    cpuMicrosPerOp: cpuMicros / samples.length,
     seconds,
     rounds: rounds.length
   }

@@ -3,8 +3,8 @@
  * `unsafeUpdate`) with the backend's labels, rather than through an effect per update, on the hot
  * path of every lock.
  */
-import { Duration } from "effect"
 import type { MetricLabel } from "effect"
+import * as timers from "./timers.js"
 
 export * from "../LockMetrics.js"
 
@@ -17,9 +17,5 @@ export const count = (
   by = 1
 ): void => metric.unsafeModify(by, labels)
 
-/** Record a duration in milliseconds in a timer histogram for `labels`. */
-export const time = (
-  metric: { readonly unsafeUpdate: (input: Duration.Duration, extraTags: Labels) => void },
-  labels: Labels,
-  millis: number
-): void => metric.unsafeUpdate(Duration.millis(Math.max(0, millis)), labels)
+/** Record a duration in milliseconds in one of `LockMetrics`' timers (`timers.holdTime`, ...) for `labels`. */
+export const time = (timer: timers.Timer, labels: Labels, millis: number): void => timers.record(timer, labels, millis)

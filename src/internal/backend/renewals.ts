@@ -20,6 +20,7 @@ import type { LockPrimitives, LockRequest, RenewOutcome } from "../../LockBacken
 import { LockBackendError } from "../../LockError.js"
 import * as metrics from "../metrics.js"
 import { nowMillis, sleepMillis, wholeMillis } from "../time.js"
+import * as timers from "../timers.js"
 import { isTracing } from "../tracing.js"
 
 /**
@@ -107,7 +108,7 @@ export const makeRenewals = (
         const renewing = Effect.timeoutOption(primitives.renew(live.map((m) => m.request)), budget)
         const exit = yield* Effect.exit(traced(renewing, live))
         const now = yield* nowMillis
-        metrics.time(metrics.renewLatency, labels, now - startedAt)
+        metrics.time(timers.renewLatency, labels, now - startedAt)
         yield* Effect.forEach(live, (member, i): Effect.Effect<void> => {
           if (Exit.isFailure(exit)) {
             const error = Cause.failureOption(exit.cause)

@@ -24,6 +24,7 @@ import type { Backend } from "../backend/make.js"
 import type { Member } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
+import * as timers from "../timers.js"
 import type { ResolvedOptions } from "./options.js"
 
 export type HoldState =
@@ -163,7 +164,7 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
   Effect.flatMap(nowMillis, (now) => {
     if (hold.state._tag === "Released") return Effect.void
     const watched = unwatch(hold)
-    metrics.time(metrics.holdTime, hold.backend.labels, now - hold.acquiredAt)
+    metrics.time(timers.holdTime, hold.backend.labels, now - hold.acquiredAt)
     if (hold.state._tag === "Held") {
       hold.state = { _tag: "Released", at: now }
       if (hold.lostSignal !== undefined || (hold.guarded !== undefined && hold.guarded.size > 0)) {

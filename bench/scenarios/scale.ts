@@ -1,0 +1,165 @@
+/**
+ * i. Scale in one process (effect-lock only: the targets are absolute).
+ *
+ * Holds: 10,000 locks taken with `Lock.acquire` into one scope (lease 3 s, so the watchdog renews
+ * every second) and kept for three renew periods. Measured: heap per hold (after a full GC, against
+ * the heap before), Redis commands written per renew period while they are held (renewals are
+ * batched, many leases per call), the event loop's delay p99 over those periods
+ * (`perf_hooks.monitorEventLoopDelay`), and how many holds were lost (must be none).
+ *
+ * Waiters: 100 keys, each held by one fiber, and 100 more fibers waiting on each (10,000 waiters).
+ * Measured while they wait: Redis connections and heap per waiter; then every holder lets go and
+ * every waiter takes its lock once: commands written per acquisition, holders included.
+ */
+import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
+import { monitorEventLoopDelay } from "node:perf_hooks"
+import type * as EffectLock from "../../src/index.js"
+import type { Lease } from "../../src/Lock.js"
+import type * as EffectLockRedisBackend from "../../src/RedisBackend.js"
+import { snapshotClientCommands } from "../support/commands.js"
+import { collectGarbage, memory, now } from "../support/stats.js"
+import type { BenchContext } from "./common.js"
+
+const build = "../../dist/index.js"
+const buildRedis = "../../dist/RedisBackend.js"
+const { Lock } = (await import(build)) as typeof EffectLock
+const RedisBackend = (await import(buildRedis)) as typeof EffectLockRedisBackend
+
+export interface ScaleResult {
+  readonly holds: number
+  readonly heapPerHoldBytes: number
+  readonly renewPeriodMillis: number
+  readonly periodsObserved: number
+  /** Client-written Redis commands per renew period while all holds were kept. */
+  readonly commandsPerRenewPeriod: number
+  /** Event-loop delay p99 while the holds were renewed, milliseconds. */
+  readonly eventLoopDelayP99Millis: number
+  readonly lostHolds: number
+  readonly acquireSeconds: number
+  readonly keys: number
+  readonly waiters: number
+  readonly connectionsWaiting: number
+  readonly heapPerWaiterBytes: number
+  readonly commandsPerAcquisition: number
+  readonly drainSeconds: number
+  readonly acquired: number
+  readonly failures: number
+}
+
+const HOLDS = 10_000
+const KEYS = 100
+const WAITERS_PER_KEY = 100
+const LEASE_MILLIS = 3_000
+const RENEW_MILLIS = 1_000
+const PERIODS = 3
+const DRAIN_CAP_MS = 60_000
+
+const sumCommands = (before: Map<string, number>, after: Map<string, number>) => {
+  let total = 0
+  for (const [name, calls] of after) total += calls - (before.get(name) ?? 0)
+  return total
+}
+
+const holdsPart = (ctx: BenchContext) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    collectGarbage()
+    const heapBefore = memory().heapUsed
+    const started = now()
+    const leases: ReadonlyArray<Lease> = yield* Effect.forEach(
+      Array.from({ length: HOLDS }, (_, i) => i),
+      (i) => Lock.acquire(`bench:scale:hold:${i}`, { lease: `${LEASE_MILLIS} millis` }),
+      { concurrency: 256 }
+    ).pipe(Scope.extend(scope))
+    const acquireSeconds = (now() - started) / 1000
+    collectGarbage()
+    const heapPerHoldBytes = (memory().heapUsed - heapBefore) / HOLDS
+    ctx.log(`scale     ${HOLDS} holds in ${acquireSeconds.toFixed(1)} s, ${heapPerHoldBytes.toFixed(0)} B heap each`)
+
+    const delay = monitorEventLoopDelay({ resolution: 5 })
+    const commandsBefore = snapshotClientCommands()
+    const observedFrom = now()
+    delay.enable()
+    yield* Effect.sleep(PERIODS * RENEW_MILLIS)
+    delay.disable()
+    const observedMillis = now() - observedFrom
+    const commands = sumCommands(commandsBefore, snapshotClientCommands())
+    let lostHolds = 0
+    for (const lease of leases) if (!(yield* lease.isHeld)) lostHolds++
+    yield* Scope.close(scope, Exit.void)
+    return {
+      holds: HOLDS,
+      heapPerHoldBytes,
+      renewPeriodMillis: RENEW_MILLIS,
+      periodsObserved: observedMillis / RENEW_MILLIS,
+      commandsPerRenewPeriod: commands / (observedMillis / RENEW_MILLIS),
+      eventLoopDelayP99Millis: delay.percentile(99) / 1e6,
+      lostHolds,
+      acquireSeconds
+    }
+  })
+
+const waitersPart = (ctx: BenchContext) =>
+  Effect.gen(function*() {
+    const letGo = yield* Deferred.make<void>()
+    let acquired = 0
+    let failures = 0
+    const commandsBefore = snapshotClientCommands()
+    const holders = yield* Effect.forEach(
+      Array.from({ length: KEYS }, (_, k) => k),
+      (k) =>
+        Effect.gen(function*() {
+          const holding = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(
+            Lock.withLock(
+              `bench:scale:key:${k}`,
+              Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(letGo))
+            )
+          )
+          yield* Deferred.await(holding)
+          return fiber
+        })
+    )
+    collectGarbage()
+    const heapBefore = memory().heapUsed
+    const waiters = yield* Effect.forEach(
+      Array.from({ length: KEYS * WAITERS_PER_KEY }, (_, i) => i),
+      (i) =>
+        Effect.fork(
+          Lock.withLock(`bench:scale:key:${i % KEYS}`, Effect.sync(() => acquired++)).pipe(
+            Effect.catchAll(() => Effect.sync(() => failures++))
+          )
+        )
+    )
+    yield* Effect.sleep(1_000)
+    const connectionsWaiting = yield* Effect.promise(() => ctx.admin.connections())
+    collectGarbage()
+    const heapPerWaiterBytes = (memory().heapUsed - heapBefore) / (KEYS * WAITERS_PER_KEY)
+    const released = now()
+    yield* Deferred.succeed(letGo, undefined)
+    yield* Fiber.joinAll(holders).pipe(Effect.catchAll(() => Effect.sync(() => failures++)))
+    const capAt = released + DRAIN_CAP_MS
+    while (acquired + failures < KEYS * WAITERS_PER_KEY && now() < capAt) yield* Effect.sleep(20)
+    const drainSeconds = (now() - released) / 1000
+    yield* Fiber.interruptAll(waiters)
+    const commands = sumCommands(commandsBefore, snapshotClientCommands())
+    return {
+      keys: KEYS,
+      waiters: KEYS * WAITERS_PER_KEY,
+      connectionsWaiting,
+      heapPerWaiterBytes,
+      commandsPerAcquisition: commands / (acquired + KEYS),
+      drainSeconds,
+      acquired,
+      failures
+    }
+  })
+
+export const scale = (ctx: BenchContext): Effect.Effect<ScaleResult> =>
+  Effect.gen(function*() {
+    yield* Effect.promise(() => ctx.admin.flushAll())
+    const holds = yield* holdsPart(ctx)
+    yield* Effect.promise(() => ctx.admin.flushAll())
+    const waiting = yield* waitersPart(ctx)
+    return { ...holds, ...waiting }
+  }).pipe(Effect.scoped, Effect.provide(RedisBackend.layer({ url: ctx.url })), Effect.orDie)
