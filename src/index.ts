@@ -83,3 +83,8 @@ export * as LockMetrics from "./LockMetrics.js"
  */
 export * as FairLock from "./FairLock.js"
 export * as Semaphore from "./Semaphore.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as MultiLock from "./MultiLock.js"

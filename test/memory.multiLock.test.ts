@@ -1,0 +1,4 @@
+import * as MemoryBackend from "../src/MemoryBackend.js"
+import { runMultiLockConformance } from "./conformance/multiLock.js"
+
+runMultiLockConformance("memory", MemoryBackend.layer)
