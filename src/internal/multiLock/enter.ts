@@ -15,7 +15,7 @@ import { Effect, ExecutionStrategy, Exit, Option } from "effect"
 import * as Scope_ from "effect/Scope"
 import type { Lease } from "../../Lock.js"
 import type { LockBackend } from "../../LockBackend.js"
-import type { LockLostError } from "../../LockError.js"
+import type { LockBackendError, LockLostError } from "../../LockError.js"
 import { LockOptionsError } from "../../LockError.js"
 import type { Attempt } from "../lock/enter.js"
 import { enterScoped, runLocked } from "../lock/enter.js"
@@ -79,12 +79,12 @@ export const runWithLocks = <A, E, R, E2, Busy extends undefined>(
   options: ResolvedOptions,
   attempt: Attempt<E2, Busy>,
   program: MultiProgram<A, E, R>
-): Effect.Effect<A | Busy, E | E2 | LockLostError, R | LockBackend> =>
+): Effect.Effect<A | Busy, E | E2 | LockBackendError | LockLostError, R | LockBackend> =>
   Effect.flatMap(nowMillis, (start) => {
     const deadline = start + options.waitMillis
     const step = (i: number, leases: ReadonlyArray<Lease>): Effect.Effect<
       A | Busy,
-      E | E2 | LockLostError,
+      E | E2 | LockBackendError | LockLostError,
       R | LockBackend
     > => {
       if (i === keys.length) {
@@ -113,7 +113,7 @@ export const acquireAll = <E, Busy extends undefined>(
   keys: ReadonlyArray<string>,
   options: ResolvedOptions,
   attempt: Attempt<E, Busy>
-): Effect.Effect<MultiLease | Busy, E, LockBackend | Scope.Scope> =>
+): Effect.Effect<MultiLease | Busy, E | LockBackendError, LockBackend | Scope.Scope> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const outer = yield* Effect.scope
