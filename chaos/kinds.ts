@@ -1,0 +1,67 @@
+/**
+ * What a campaign can be run on: lock kinds (`--kind`) and backends (`--backend`). Each is an entry
+ * in a table; a new member of the family or a new backend joins the campaign by adding one entry
+ * here, nothing else.
+ *
+ * The checker assumes an **exclusive** kind (one holder at a time, a fencing token per grant):
+ * the mutex, a fair lock, the write side of a read-write lock, a semaphore of one permit, a
+ * multi-lock. A kind is given the lock name, the lease options and the operation's body, and runs
+ * the body while it holds the lock, passing the grant (its token, and a guard that runs an effect
+ * only while the grant is still held).
+ *
+ * A backend says how many standalone redis-servers it needs (the runner starts them, each behind
+ * one proxy per worker) and builds its layer from their (proxied) URLs.
+ */
+import type { Duration, Effect, Layer } from "effect"
+import { withLock } from "../src/Lock.js"
+import type { LockBackend } from "../src/LockBackend.js"
+import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "../src/LockError.js"
+import { RedisBackend } from "../src/RedisBackend.js"
+
+/** What a body gets from the kind: the grant's token and its guard. */
+export interface Grant {
+  readonly fencingToken: bigint
+  readonly guard: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | LockLostError, R>
+}
+
+export interface KindOptions {
+  readonly lease: Duration.DurationInput
+  readonly wait: Duration.DurationInput
+}
+
+export type KindError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
+
+export interface ChaosKind {
+  readonly name: string
+  readonly describe: string
+  readonly withLock: <A, E, R>(
+    key: string,
+    options: KindOptions,
+    body: (grant: Grant) => Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | KindError, R | LockBackend>
+}
+
+export interface ChaosBackend {
+  readonly name: string
+  readonly describe: string
+  /** How many standalone redis-servers it runs on. */
+  readonly servers: number
+  readonly layer: (urls: ReadonlyArray<string>) => Layer.Layer<LockBackend, unknown>
+}
+
+export const kinds: Readonly<Record<string, ChaosKind>> = {
+  mutex: {
+    name: "mutex",
+    describe: "Lock.withLock (Redisson's RLock)",
+    withLock: (key, options, body) => withLock(key, (lease) => body(lease), options)
+  }
+}
+
+export const backends: Readonly<Record<string, ChaosBackend>> = {
+  redis: {
+    name: "redis",
+    describe: "RedisBackend on one redis-server",
+    servers: 1,
+    layer: (urls) => RedisBackend.layer({ url: urls[0], commandTimeout: "1 second" })
+  }
+}
