@@ -387,7 +387,7 @@ const summarize = (
 export const describeRecord = (r: HistoryRecord, origin: number): string => {
   const { mono, t, ...rest } = r
   const fields = Object.entries(rest)
-    .filter(([key]) => key !== "wall")
+    .filter(([key]) => key !== "wall" && key !== "entered")
     .map(([key, value]) => `${key}=${typeof value === "string" ? value : JSON.stringify(value)}`)
   return `${((mono - origin) / 1000).toFixed(3).padStart(9)}s ${t.padEnd(12)} ${fields.join(" ")}`
 }
