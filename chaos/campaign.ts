@@ -163,6 +163,7 @@ export const runCampaign = async (options: CampaignOptions): Promise<CampaignRes
     let lastHolder: number | undefined
     let stopping = false
     const ready = new Set<number>()
+    const readers = new Set<(w: number) => void>()
 
     const spawnWorker = (w: number) => {
       const life = lives[w] = (lives[w] ?? -1) + 1
@@ -210,6 +211,8 @@ export const runCampaign = async (options: CampaignOptions): Promise<CampaignRes
             lastHolder = w
           }
           if (r.t === "end") holding[w] = undefined
+          // the last resource read: the worker is now between reading and writing
+          if (r.t === "read" && r.res === "redis") { for (const reader of [...readers]) reader(w) }
         }
       })
       child.stderr!.on("data", (chunk: Buffer) => logFile.write(chunk))
@@ -266,6 +269,16 @@ export const runCampaign = async (options: CampaignOptions): Promise<CampaignRes
         const current = holding.findIndex((id) => id !== undefined)
         return current >= 0 ? current : undefined
       },
+      nextReader: (ms: number) =>
+        new Promise<number | undefined>((resolve) => {
+          const done = (w: number | undefined) => {
+            clearTimeout(timer)
+            readers.delete(done)
+            resolve(w)
+          }
+          const timer = setTimeout(() => done(undefined), ms)
+          readers.add(done)
+        }),
       signal: (w: number, signal: NodeJS.Signals) => void children[w]?.kill(signal),
       kill: killWorker,
       respawn: async (w: number) => spawnWorker(w),

@@ -17,6 +17,11 @@ export interface Targets {
   readonly proxies: ReadonlyArray<ReadonlyArray<TcpProxy>>
   /** The worker holding the lock now, if any. */
   readonly holder: () => number | undefined
+  /**
+   * The next worker to finish reading the resources under the lock (it is now between its read
+   * and its write), waiting up to `ms`; undefined if none did.
+   */
+  readonly nextReader: (ms: number) => Promise<number | undefined>
   readonly signal: (w: number, signal: NodeJS.Signals) => void
   /** kill -9 the worker and wait until it is gone. */
   readonly kill: (w: number) => Promise<void>
@@ -37,7 +42,13 @@ const describe = (fault: Fault): string =>
 
 /** Run one fault from start to heal. */
 export const inflict = async (fault: Fault, targets: Targets): Promise<void> => {
-  const worker = fault.target === "holder" ? (targets.holder() ?? fault.index % targets.proxies.length) : fault.target
+  // A holder is paused right after it read (the window a stale write comes from); killed wherever it is.
+  const holder = fault.target !== "holder"
+    ? undefined
+    : fault.kind === "pause-worker"
+    ? (await targets.nextReader(1000)) ?? targets.holder()
+    : targets.holder()
+  const worker = fault.target === "holder" ? (holder ?? fault.index % targets.proxies.length) : fault.target
   const w = typeof worker === "number" ? worker : -1
   const begin = () =>
     targets.record({

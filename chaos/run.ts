@@ -2,8 +2,8 @@
  * The chaos campaign's command:
  *
  *   npm run chaos -- --minutes N --seed S [--workers W] [--kind mutex] [--backend redis]
- *                    [--lease MS] [--faults k1,k2|none] [--quiet SECONDS] [--broken fencing|release]
- *                    [--report] [--out DIR]
+ *                    [--lease MS] [--faults k1,k2|none] [--quiet SECONDS] [--guarded SHARE]
+ *                    [--work MS] [--broken fencing|release] [--report] [--out DIR]
  *
  * Ends with the line `violations: K` and exits 0 exactly when K is 0 (a worker that did not get the
  * lock back within the bound after the nemesis stopped is a violation). `--report` writes the
@@ -25,7 +25,8 @@ const usage = (message: string): never => {
   console.error(`chaos: ${message}`)
   console.error(
     "usage: npm run chaos -- --minutes N --seed S [--workers W] [--kind mutex] [--backend redis] " +
-      "[--lease MS] [--faults k1,k2|none] [--quiet SECONDS] [--broken fencing|release] [--report] [--out DIR]"
+      "[--lease MS] [--faults k1,k2|none] [--quiet SECONDS] [--guarded SHARE] [--work MS] [--broken fencing|release] " +
+      "[--report] [--out DIR]"
   )
   process.exit(2)
 }
@@ -42,7 +43,9 @@ const { values } = parseArgs({
     broken: { type: "string" },
     report: { type: "boolean", default: false },
     out: { type: "string" },
-    quiet: { type: "string" }
+    quiet: { type: "string" },
+    guarded: { type: "string", default: "0.5" },
+    work: { type: "string" }
   }
 })
 
@@ -91,8 +94,10 @@ const campaign = await runCampaign({
   backend: values.backend,
   leaseMs,
   waitMs: leaseMs * 5,
-  workMs: Math.max(10, Math.round(leaseMs / 20)),
-  guardedShare: 0.5,
+  workMs: values.work === undefined
+    ? Math.max(10, Math.round(leaseMs / 20))
+    : Math.trunc(number("work", values.work, 0, leaseMs)),
+  guardedShare: number("guarded", values.guarded, 0, 1),
   faults,
   broken,
   pgUrl: process.env.CHAOS_PG_URL ?? "postgresql://postgres@127.0.0.1:5432/test",

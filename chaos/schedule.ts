@@ -3,9 +3,10 @@
  * same faults at the same offsets with the same targets and durations. Faults run one after
  * another, each healed before the next begins, with a random quiet gap between them.
  *
- * One choice is made at run time: a `pause-worker` aimed at `holder` stops whichever worker holds
- * the lock at that instant (the interesting victim: a holder paused past its lease), falling back
- * to the seeded worker when nobody holds it.
+ * One choice is made at run time: a fault aimed at `holder` hits whichever worker holds the lock
+ * at that instant, falling back to the seeded worker when nobody holds it. A `pause-worker` aimed
+ * at `holder` waits (up to 1 s) for the next worker to finish reading the resources under the lock
+ * and stops it there, between its read and its write: the window a stale write comes from.
  */
 
 /** The faults the nemesis knows. */

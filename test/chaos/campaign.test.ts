@@ -1,8 +1,10 @@
 /**
  * The chaos campaign's CI profile, through its command (`chaos/run.ts`, `nice`d): a short campaign
- * with every fault kind must end with `violations: 0` and exit 0; the deliberately broken variants
- * (resources that ignore the fencing token, a release that deletes the lock without checking its
- * owner) must be caught: a non-zero exit naming the violation. Real redis-server, real PostgreSQL
+ * with every fault kind must end with `violations: 0` and exit 0; a deliberately broken variant (a
+ * release that deletes the lock without checking its owner) must be caught: a non-zero exit naming
+ * the violation. The other broken variant, resources that ignore the fencing token, is caught
+ * deterministically in resources.test.ts (in a campaign it takes a paused holder's write to win the
+ * race with its watchdog, which it does only now and then). Real redis-server, real PostgreSQL
  * (127.0.0.1:5432; without it the campaign runs on Redis alone, and fails under CI=true).
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -38,23 +40,26 @@ describe.skipIf(skip)("chaos campaign", () => {
     assert.match(output, /^recovery after the nemesis stopped: max \d+ ms/m, output)
   }, 300_000)
 
-  it("catches resources that ignore the fencing token (workers paused past their lease)", async () => {
+  it("catches a release that deletes the lock without checking the owner", async () => {
     const { code, output } = await chaos([
       "--minutes",
       "0.5",
       "--seed",
-      "7",
+      "3",
       "--workers",
       "4",
       "--faults",
-      "pause-worker",
+      "none",
       "--quiet",
       "5",
+      // every step goes through the lease's guard: a holder whose lock was deleted is let through
+      "--guarded",
+      "1",
       "--broken",
-      "fencing"
+      "release"
     ])
     assert.strictEqual(code, 1, output)
     assert.match(lastLine(output), /^violations: [1-9]\d*$/, output)
-    assert.match(output, /^FIRST VIOLATION \((lost-update|uncovered-write|token-order)\)/m, output)
+    assert.match(output, /^FIRST VIOLATION \((unnoticed-loss|uncovered-write|lost-update)\)/m, output)
   }, 300_000)
 })
