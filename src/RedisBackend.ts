@@ -14,9 +14,12 @@ import type { Scope } from "effect"
 import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { ConfigError } from "effect/ConfigError"
 import type { Redis, RedisOptions } from "ioredis"
+import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
 import { makeCommands } from "./internal/redis/commands.js"
 import { openConnections } from "./internal/redis/connection.js"
 import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
+import { makeRedisFair } from "./internal/redis/fair.js"
+import * as fairScripts from "./internal/redis/fairScripts.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { loadScripts } from "./internal/redis/scripts.js"
@@ -91,7 +94,7 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       commandTimeout
     })
     yield* Effect.tryPromise({
-      try: () => loadScripts(connections.command, [...scripts.all, ...semaphoreScripts.all]),
+      try: () => loadScripts(connections.command, [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all]),
       catch: (cause) => redisError("load-scripts", undefined, cause)
     })
     const commands = makeCommands(connections, layout)
@@ -160,7 +163,10 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       subscribe: subscriptions.subscribe,
       unsubscribe: subscriptions.unsubscribe,
       notifications: subscriptions.notifications,
-      semaphore: makeRedisSemaphores(commands, layout)
+      semaphore: makeRedisSemaphores(commands, layout),
+      kinds: {
+        fair: yield* makeRedisFair(connections, commands, layout, options.prefix ?? "", FAIR_WAIT_WINDOW_MILLIS)
+      }
     }
     return primitives
   })

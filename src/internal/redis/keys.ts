@@ -16,10 +16,11 @@ const semaphoreTokenKind = "effect_lock_permit_token"
 /** The message a release publishes (Redisson's `LockPubSub.UNLOCK_MESSAGE`). */
 export const unlockMessage = "0"
 
-const prefixName = (kind: string, name: string) => name.includes("{") ? `${kind}:${name}` : `${kind}:{${name}}`
+export const prefixName = (kind: string, name: string) => name.includes("{") ? `${kind}:${name}` : `${kind}:{${name}}`
 
 /** Redisson's `RedissonObject.suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when the name has a `{`. */
-const suffixName = (name: string, suffix: string) => name.includes("{") ? `${name}:${suffix}` : `{${name}}:${suffix}`
+export const suffixName = (name: string, suffix: string) =>
+  name.includes("{") ? `${name}:${suffix}` : `{${name}}:${suffix}`
 
 /** The keys of a permit-expirable semaphore (RedissonPermitExpirableSemaphore's layout, plus a fencing counter). */
 export interface SemaphoreKeys {
