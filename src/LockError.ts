@@ -83,7 +83,7 @@ export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLost
 
 /**
  * What a backend was doing when it failed: connecting (opening a connection, loading ioredis),
- * loading its scripts, one of the lock primitives, subscribing to release notifications, or a
+ * loading its scripts, checking its ACL permissions at startup (since 0.2.0), one of the lock primitives, subscribing to release notifications, or a
  * fenced write (`Fencing.redisSet`).
  *
  * @since 0.2.0
@@ -92,6 +92,7 @@ export class LockLostError extends Schema.TaggedError<LockLostError>()("LockLost
 export const BackendOperation = Schema.Literal(
   "connect",
   "load-scripts",
+  "check-permissions",
   "acquire",
   "renew",
   "release",
@@ -111,6 +112,7 @@ export type BackendOperation = typeof BackendOperation.Type
 const operationText: Record<BackendOperation, string> = {
   "connect": "connect",
   "load-scripts": "load its scripts",
+  "check-permissions": "check its ACL permissions",
   "acquire": "acquire",
   "renew": "renew",
   "release": "release",

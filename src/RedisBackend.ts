@@ -15,6 +15,7 @@ import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
 import type { ConfigError } from "effect/ConfigError"
 import type { Redis, RedisOptions } from "ioredis"
 import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
+import * as acl from "./internal/redis/acl.js"
 import { makeCommands } from "./internal/redis/commands.js"
 import { openConnections } from "./internal/redis/connection.js"
 import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
@@ -22,6 +23,7 @@ import { makeRedisFair } from "./internal/redis/fair.js"
 import * as fairScripts from "./internal/redis/fairScripts.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
+import { verifyPermissions } from "./internal/redis/permissions.js"
 import { loadScripts } from "./internal/redis/scripts.js"
 import { makeRedisSemaphores } from "./internal/redis/semaphore.js"
 import * as semaphoreScripts from "./internal/redis/semaphoreScripts.js"
@@ -96,6 +98,10 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
     yield* Effect.tryPromise({
       try: () => loadScripts(connections.command, [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all]),
       catch: (cause) => redisError("load-scripts", undefined, cause)
+    })
+    yield* verifyPermissions(connections.command, options.prefix ?? "", {
+      readyCheck: connections.command.options.enableReadyCheck !== false,
+      connectionName: (connections.command.options.connectionName ?? "") !== ""
     })
     const commands = makeCommands(connections, layout)
     const { call, callTaking } = commands
@@ -220,6 +226,29 @@ export const layerConfig = (
   options: Omit<RedisBackendOptions, "url" | "client"> = {}
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError | ConfigError> =>
   Layer.unwrapEffect(Effect.map(redisUrl, (url) => layer({ ...options, url })))
+
+/**
+ * The least-privilege ACL rule for a backend with `prefix`, one ACL token per entry: the commands
+ * the connections and the scripts run, the key patterns of the locks and their companion keys
+ * (the fencing counter `redisson_lock_token:...` and the channel name, which the scripts take as a
+ * key), and the channel patterns of the release notifications. Give it to `ACL SETUSER` after
+ * `reset on >password`. The backend checks at startup (Redis 7.0+) that its user has every part
+ * of it and otherwise fails with a `LockBackendError` naming what is missing. See docs/redis.md.
+ *
+ * @example
+ * ```ts
+ * import { RedisBackend } from "effect-lock/RedisBackend"
+ *
+ * const rule = RedisBackend.aclRule({ prefix: "locks:" })
+ * // ACL SETUSER effect-lock reset on >password <rule...>
+ * console.log(["ACL", "SETUSER", "effect-lock", "reset", "on", ">password", ...rule].join(" "))
+ * ```
+ *
+ * @since 0.2.0
+ * @category acl
+ */
+export const aclRule = (options: { readonly prefix?: string | undefined } = {}): ReadonlyArray<string> =>
+  acl.aclRule(options.prefix ?? "")
 
 // Read as a string and wrapped at once: `Config.redacted` would also redact the error of a missing
 // variable ("Missing data at REDIS_URL: <redacted>"), which holds no secret and should say what is

@@ -197,6 +197,7 @@ describe("programs", () => {
     expectTypeOf<LockBackendError["operation"]>().toEqualTypeOf<
       | "connect"
       | "load-scripts"
+      | "check-permissions"
       | "acquire"
       | "renew"
       | "release"

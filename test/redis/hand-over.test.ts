@@ -124,8 +124,10 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
 
   it.scopedLive("with this process's own subscription missing (SUBSCRIBE refused), a single other subscriber still gets the notification", () =>
     onFreshServer(
-      ({ backend, url }) =>
+      ({ backend, redis, url }) =>
         Effect.gen(function*() {
+          // SUBSCRIBE revoked once the backend runs (a user without it is refused at startup).
+          yield* cmd(redis, "ACL", "SETUSER", "nosub", "-subscribe")
           // Another client waiting on the key: subscribed to its release channel.
           const messages = yield* listen(url, "redisson_lock__channel:{k}")
           const release = yield* Deferred.make<void>()
@@ -151,10 +153,10 @@ describe.skipIf(skipRedis(true))("hand-over on Redis", () => {
           yield* eventually(Effect.sync(() => messages.length >= 1), 5_000, "the holder's notification")
           yield* Deferred.succeed(leave, void 0)
           yield* Fiber.join(waiter)
-        }), // A user that may do everything but SUBSCRIBE: this backend's waiters get no notifications.
+        }), // A user that may do everything (SUBSCRIBE is revoked above): this backend's waiters get no notifications.
       (redis, port) =>
         Effect.as(
-          cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all", "-subscribe"),
+          cmd(redis, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all"),
           `redis://nosub:pw@127.0.0.1:${port}`
         )
     ))

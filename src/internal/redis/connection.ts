@@ -13,7 +13,7 @@ import type { Scope } from "effect"
 import { Effect, FiberSet, Redacted } from "effect"
 import type { Redis, RedisOptions } from "ioredis"
 import type { BackendOperation, LockBackendError } from "../../LockError.js"
-import { backendName, redisError } from "./errors.js"
+import { backendName, describeConnectionError, redisError } from "./errors.js"
 import { makeWriteBatcher } from "./writeBatch.js"
 
 export type ConnectionName = "command" | "subscriber"
@@ -96,16 +96,28 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
 
     // Listeners stay on connections the backend owns (a late error event after the close must still
     // find a listener) and are removed from an external client when the scope closes.
-    const watch = (connection: ConnectionName) => {
+    const watch = (redis: Redis, connection: ConnectionName) => {
       const annotate = Effect.annotateLogs({ backend: backendName, connection })
-      const onError = (error: Error) => {
+      const endpoint = {
+        host: redis.options.path ?? redis.options.host ?? "localhost",
+        port: redis.options.port ?? 6379,
+        tls: redis.options.tls !== undefined && redis.options.tls !== null && (redis.options.tls as unknown) !== false
+      }
+      let neverReady = redis.status !== "ready"
+      const onError = (raw: Error) => {
+        // A TLS refusal says which server and which certificate, in the log and in the errors.
+        const error = describeConnectionError(raw, endpoint, neverReady)
         // ioredis reports every failed reconnect attempt; the first of a run is worth a warning.
         const repeated = lastError[connection]?.message === error.message
-        lastError[connection] = error
+        // While a connection has never been ready, a TLS refusal stays the error to report: the
+        // errors that follow it ("Stream isn't writeable", ...) are its consequences.
+        const keep = neverReady && lastError[connection]?.name === "TlsError" && error.name !== "TlsError"
+        if (!keep) lastError[connection] = error
         const log = repeated ? Effect.logDebug : Effect.logWarning
         runFork(annotate(log(`Redis ${connection} connection error: ${error.message}`)))
       }
       const onReady = () => {
+        neverReady = false
         if (lastError[connection] === undefined) return
         lastError[connection] = undefined
         runFork(annotate(Effect.logInfo(`Redis ${connection} connection re-established`)))
@@ -129,7 +141,7 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
     const openOwned = (create: () => Redis, connection: ConnectionName) =>
       Effect.gen(function*() {
         const redis = yield* Effect.acquireRelease(Effect.sync(create), close)
-        for (const [event, handler] of Object.entries(watch(connection))) redis.on(event, handler)
+        for (const [event, handler] of Object.entries(watch(redis, connection))) redis.on(event, handler)
         yield* connect(redis, connection)
         return redis
       })
@@ -138,7 +150,7 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
     const external = options.client
     if (external !== undefined) {
       command = external
-      yield* listen(command, watch("command"))
+      yield* listen(command, watch(command, "command"))
       if (command.status === "wait") yield* connect(command, "command")
     } else {
       const { Redis } = yield* Effect.tryPromise({

@@ -1,0 +1,224 @@
+/**
+ * Least privilege: the ACL rule an effect-lock user needs (the commands the connections and the
+ * scripts run, the key patterns of the locks and their companion keys, the channel patterns of
+ * the release notifications), and the check the backend runs at startup that names whatever part
+ * of it the user lacks.
+ *
+ * The check asks Redis (`redis.acl_check_cmd`, Redis 7.0+) about each command on probe names
+ * under the prefix, both without and with a hash tag (Redisson names companion keys
+ * `kind:{name}`, or `kind:name` when the name holds `{`). Each question depends on one command
+ * and at most one key or channel pattern of the rule; a pattern or command that some allowed
+ * question proves granted is cleared, and a refused question whose other dependency is proven
+ * names the one that is missing.
+ */
+import type { BackendOperation } from "../../LockError.js"
+import { makeKeyLayout } from "./keys.js"
+import type { RedisKeys } from "./keys.js"
+import type { Script } from "./scripts.js"
+import { defineScript } from "./scripts.js"
+
+/** The commands run by the connections themselves (ioredis' ready check and CLIENT SETNAME). */
+const connectionCommands = ["+info", "+client|setname"] as const
+/** Loading and running the scripts (EVAL after a NOSCRIPT). */
+const scriptingCommands = ["+script|load", "+evalsha", "+eval"] as const
+/** The subscriber connection. */
+const subscriberCommands = ["+subscribe", "+unsubscribe"] as const
+/** What the scripts run on the lock and its fencing counter (the channel is one of their KEYS too). */
+const keyCommands = [
+  "+exists",
+  "+hexists",
+  "+hincrby",
+  "+hgetall",
+  "+pexpire",
+  "+pttl",
+  "+del",
+  "+type",
+  "+incr",
+  "+get"
+] as const
+/** What the scripts run on the release channel. */
+const channelCommands = ["+publish", "+pubsub|numsub"] as const
+
+// Redis' glob: `*`, `?`, `[...]` and `\` are special in a pattern; braces are not.
+const escapeGlob = (text: string) => text.replace(/[*?[\]\\]/g, "\\$&")
+
+interface Patterns {
+  readonly lock: string
+  readonly tokenBraced: string
+  readonly tokenPlain: string
+  readonly channelKeyBraced: string
+  readonly channelKeyPlain: string
+  readonly channelBraced: string
+  readonly channelPlain: string
+}
+
+const patternsOf = (prefix: string): Patterns => {
+  const p = escapeGlob(prefix)
+  return {
+    lock: `~${p}*`,
+    tokenBraced: `~redisson_lock_token:{${p}*`,
+    tokenPlain: `~redisson_lock_token:${p}*`,
+    channelKeyBraced: `~redisson_lock__channel:{${p}*`,
+    channelKeyPlain: `~redisson_lock__channel:${p}*`,
+    channelBraced: `&redisson_lock__channel:{${p}*`,
+    channelPlain: `&redisson_lock__channel:${p}*`
+  }
+}
+
+/**
+ * The rule, one ACL token per entry, for a backend with `prefix`. Without a prefix the key
+ * pattern is every key (`~*`).
+ */
+export const aclRule = (prefix: string): ReadonlyArray<string> => {
+  const patterns = patternsOf(prefix)
+  const keyPatterns = prefix === ""
+    ? ["~*"]
+    : [patterns.lock, patterns.tokenBraced, patterns.tokenPlain, patterns.channelKeyBraced, patterns.channelKeyPlain]
+  const channelPatterns = prefix === ""
+    ? ["&redisson_lock__channel:*"]
+    : [patterns.channelBraced, patterns.channelPlain]
+  return [
+    ...connectionCommands,
+    ...scriptingCommands,
+    ...subscriberCommands,
+    ...keyCommands,
+    ...channelCommands,
+    ...keyPatterns,
+    ...channelPatterns
+  ]
+}
+
+const operationNeeds: Partial<Record<BackendOperation, string>> = {
+  "connect": "+info +client|setname",
+  "load-scripts": "+script|load",
+  "acquire": "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get on the lock's keys",
+  "renew": "+evalsha +eval, and +hexists +pexpire +exists on the lock's keys",
+  "release": "+evalsha +eval, +hexists +hincrby +del on the lock's keys and +publish +pubsub|numsub on its channel",
+  "force-release": "+evalsha +eval, +del on the lock's keys and +publish on its channel",
+  "inspect": "+evalsha +eval, and +pttl +hgetall on the lock",
+  "subscribe": "+subscribe +unsubscribe on the lock's channel"
+}
+
+/** What `operation` needs, in ACL terms, for messages. */
+export const needsOf = (operation: BackendOperation): string | undefined => operationNeeds[operation]
+
+export const checkPermissions = defineScript({
+  name: "check-permissions",
+  encode: (questions: ReadonlyArray<Question>) =>
+    [[], questions.flatMap((q) => [String(q.command.length), ...q.command])] as const,
+  decode: (reply): ReadonlyArray<number> | undefined => {
+    if (reply === -1) return []
+    if (!Array.isArray(reply) || !reply.every((r) => r === 1 || r === 0 || r === -1)) return undefined
+    return reply as ReadonlyArray<number>
+  }
+}) as Script<[ReadonlyArray<Question>], ReadonlyArray<number>>
+
+/** One question for Redis: may the user run `command`? It depends on the rule's tokens `deps`. */
+export interface Question {
+  readonly command: ReadonlyArray<string>
+  readonly deps: ReadonlyArray<string>
+}
+
+const keyCommand = (command: string, key: string): ReadonlyArray<string> => {
+  switch (command) {
+    case "+hexists":
+      return ["hexists", key, "probe"]
+    case "+hincrby":
+      return ["hincrby", key, "probe", "1"]
+    case "+pexpire":
+      return ["pexpire", key, "1"]
+    default:
+      return [command.slice(1), key]
+  }
+}
+
+const channelCommand = (command: string, channel: string): ReadonlyArray<string> =>
+  command === "+publish"
+    ? ["publish", channel, "0"]
+    : command === "+pubsub|numsub"
+    ? ["pubsub", "numsub", channel]
+    : [command.slice(1), channel]
+
+/**
+ * What the connections send on their own: ioredis' ready check (`INFO`) unless
+ * `enableReadyCheck: false`, and `CLIENT SETNAME` when they have a `connectionName`.
+ */
+export interface ConnectionHabits {
+  readonly readyCheck: boolean
+  readonly connectionName: boolean
+}
+
+/** The questions for a backend with `prefix`. */
+export const questionsFor = (prefix: string, habits: ConnectionHabits): ReadonlyArray<Question> => {
+  const patterns = patternsOf(prefix)
+  const layout = makeKeyLayout(prefix)
+  const plainName = "effect-lock:acl-probe"
+  const bracedName = "{effect-lock:acl-probe}"
+  const pattern = (braced: boolean, kind: keyof RedisKeys | "channelKey"): string => {
+    if (prefix === "") return kind === "channel" ? "&redisson_lock__channel:*" : "~*"
+    switch (kind) {
+      case "lock":
+        return patterns.lock
+      case "token":
+        return braced ? patterns.tokenPlain : patterns.tokenBraced
+      case "channelKey":
+        return braced ? patterns.channelKeyPlain : patterns.channelKeyBraced
+      case "channel":
+        return braced ? patterns.channelPlain : patterns.channelBraced
+    }
+  }
+  const questions: Array<Question> = [
+    ...(habits.readyCheck ? [{ command: ["info"], deps: ["+info"] }] : []),
+    ...(habits.connectionName ? [{ command: ["client", "setname", "effect-lock"], deps: ["+client|setname"] }] : []),
+    { command: ["script", "load", "return 1"], deps: ["+script|load"] },
+    { command: ["eval", "return 1", "0"], deps: ["+eval"] },
+    { command: ["evalsha", checkPermissions.sha, "0"], deps: ["+evalsha"] }
+  ]
+  for (const name of [plainName, bracedName]) {
+    const braced = name === bracedName
+    const keys = layout.keysOf(name)
+    const keyKinds = [
+      [keys.lock, pattern(braced, "lock")],
+      [keys.token, pattern(braced, "token")],
+      [keys.channel, pattern(braced, "channelKey")]
+    ] as const
+    for (const command of keyCommands) {
+      for (const [key, keyPattern] of keyKinds) {
+        questions.push({ command: keyCommand(command, key), deps: [command, keyPattern] })
+      }
+    }
+    for (const command of [...subscriberCommands, ...channelCommands]) {
+      // Redis checks the channel of SUBSCRIBE and PUBLISH against the user's channel patterns;
+      // UNSUBSCRIBE and PUBSUB NUMSUB only need the command.
+      const deps = command === "+subscribe" || command === "+publish"
+        ? [command, pattern(braced, "channel")]
+        : [command]
+      questions.push({ command: channelCommand(command, keys.channel), deps })
+    }
+  }
+  return questions
+}
+
+/**
+ * What the user lacks, from Redis' answers: each entry a rule token, or a sentence when the
+ * answers cannot tell which token it is. Empty when nothing is missing or nothing was checked.
+ */
+export const missingPermissions = (
+  questions: ReadonlyArray<Question>,
+  answers: ReadonlyArray<number>
+): ReadonlyArray<string> => {
+  if (answers.length !== questions.length) return []
+  const proven = new Set<string>()
+  questions.forEach((q, i) => {
+    if (answers[i] === 1) { for (const dep of q.deps) proven.add(dep) }
+  })
+  const missing = new Set<string>()
+  questions.forEach((q, i) => {
+    if (answers[i] !== 0) return
+    const unproven = q.deps.filter((dep) => !proven.has(dep))
+    if (unproven.length > 1) missing.add(`one of ${unproven.join(" ")}`)
+    else if (unproven.length === 1) missing.add(unproven.join(""))
+    else missing.add(`the right to run "${q.command.join(" ")}"`)
+  })
+  return Array.from(missing)
+}
