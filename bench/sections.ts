@@ -70,11 +70,15 @@ ${
         "Commands written per acquisition (holders and waiters, releases included)",
         dec(scale.commandsPerAcquisition, 2)
       ],
-      ["Waiters served / drain time", `${int(scale.acquired)} / ${dec(scale.drainSeconds, 1)} s`]
+      ["Waiters served / drain time", `${int(scale.acquired)} / ${dec(scale.drainSeconds, 1)} s`],
+      [
+        "Failures (the first one)",
+        `${int(scale.failures)}${scale.firstFailure === undefined ? "" : ` (${scale.firstFailure})`}`
+      ]
     ], "--- | ---:")
   }
 
-The holds use a 3 s lease, so the watchdog renews each one every second; the bench keeps them for
+The holds use a 6 s lease, so the watchdog renews each one every 2 s; the bench keeps them for
 three renew periods, counts the commands the process writes meanwhile (renewals are batched, many
 leases per call), samples the event loop's delay (\`perf_hooks.monitorEventLoopDelay\`, 5 ms
 resolution) and finally asks every lease whether it is still held. Then 100 fibers each hold one of

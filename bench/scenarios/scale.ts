@@ -1,8 +1,8 @@
 /**
  * i. Scale in one process (effect-lock only: the targets are absolute).
  *
- * Holds: 10,000 locks taken with `Lock.acquire` into one scope (lease 3 s, so the watchdog renews
- * every second) and kept for three renew periods. Measured: heap per hold (after a full GC, against
+ * Holds: 10,000 locks taken with `Lock.acquire` into one scope (lease 6 s, so the watchdog renews
+ * every 2 s) and kept for three renew periods. Measured: heap per hold (after a full GC, against
  * the heap before), Redis commands written per renew period while they are held (renewals are
  * batched, many leases per call), the event loop's delay p99 over those periods
  * (`perf_hooks.monitorEventLoopDelay`), and how many holds were lost (must be none).
@@ -44,13 +44,15 @@ export interface ScaleResult {
   readonly drainSeconds: number
   readonly acquired: number
   readonly failures: number
+  /** The first error a waiter or holder reported, if any. */
+  readonly firstFailure: string | undefined
 }
 
 const HOLDS = 10_000
 const KEYS = 100
 const WAITERS_PER_KEY = 100
-const LEASE_MILLIS = 3_000
-const RENEW_MILLIS = 1_000
+const LEASE_MILLIS = 6_000
+const RENEW_MILLIS = 2_000
 const PERIODS = 3
 const DRAIN_CAP_MS = 60_000
 
@@ -104,6 +106,12 @@ const waitersPart = (ctx: BenchContext) =>
     const letGo = yield* Deferred.make<void>()
     let acquired = 0
     let failures = 0
+    let firstFailure: string | undefined
+    const failed = (error: unknown) =>
+      Effect.sync(() => {
+        failures++
+        firstFailure ??= error instanceof Error ? `${error.name}: ${error.message}` : String(error)
+      })
     const commandsBefore = snapshotClientCommands()
     const holders = yield* Effect.forEach(
       Array.from({ length: KEYS }, (_, k) => k),
@@ -127,7 +135,7 @@ const waitersPart = (ctx: BenchContext) =>
       (i) =>
         Effect.fork(
           Lock.withLock(`bench:scale:key:${i % KEYS}`, Effect.sync(() => acquired++)).pipe(
-            Effect.catchAll(() => Effect.sync(() => failures++))
+            Effect.catchAll(failed)
           )
         )
     )
@@ -137,7 +145,7 @@ const waitersPart = (ctx: BenchContext) =>
     const heapPerWaiterBytes = (memory().heapUsed - heapBefore) / (KEYS * WAITERS_PER_KEY)
     const released = now()
     yield* Deferred.succeed(letGo, undefined)
-    yield* Fiber.joinAll(holders).pipe(Effect.catchAll(() => Effect.sync(() => failures++)))
+    yield* Fiber.joinAll(holders).pipe(Effect.catchAll(failed))
     const capAt = released + DRAIN_CAP_MS
     while (acquired + failures < KEYS * WAITERS_PER_KEY && now() < capAt) yield* Effect.sleep(20)
     const drainSeconds = (now() - released) / 1000
@@ -151,7 +159,8 @@ const waitersPart = (ctx: BenchContext) =>
       commandsPerAcquisition: commands / (acquired + KEYS),
       drainSeconds,
       acquired,
-      failures
+      failures,
+      firstFailure
     }
   })
 
