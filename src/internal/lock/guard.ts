@@ -2,6 +2,7 @@
  * The guarded program: it runs in a fiber of its own that a loss (or the release) of the hold
  * interrupts, so that the caller gets a `LockLostError` instead of being interrupted itself.
  */
+import type { FiberRefs } from "effect"
 import { Effect, Exit, Fiber, FiberId, FiberRef, Runtime } from "effect"
 import type { LockLostError } from "../../LockError.js"
 import type { Restore } from "../restore.js"
@@ -29,7 +30,13 @@ export const runGuarded = <A, E, R>(
   Effect.suspend(() => {
     // Traced: the program's own spans are children of the hold's span.
     const program = hold.span === undefined ? effect : Effect.withParentSpan(effect, hold.span)
-    const started = Effect.zipRight(checkHeld(hold), restore(program))
+    // The child's FiberRefs once its region is set: if they are the same object when it ends, the
+    // program changed no FiberRef, and there is nothing for the caller to inherit.
+    let initialRefs: FiberRefs.FiberRefs | undefined
+    const started = Effect.withFiberRuntime<A, E | LockLostError, R>((child) => {
+      initialRefs = child.getFiberRefs()
+      return Effect.zipRight(checkHeld(hold), restore(program))
+    })
     const child = region === undefined ? started : Effect.zipRight(FiberRef.set(currentRegion, region), started)
     // Started at once on this thread (no scheduler hop before the program's first step); it is
     // not a child of the caller's fiber, so every way out below awaits or interrupts it.
@@ -51,7 +58,7 @@ export const runGuarded = <A, E, R>(
           const exit = awaited.value
           const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
           if (ended !== undefined) return Effect.fail(ended)
-          return Effect.zipRight(Fiber.inheritAll(fiber), exit)
+          return fiber.getFiberRefs() === initialRefs ? exit : Effect.zipRight(Fiber.inheritAll(fiber), exit)
         }
       )
     })
