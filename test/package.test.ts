@@ -46,6 +46,7 @@ const redisSource = `
 import { Effect } from "effect"
 import { withLock } from "effect-lock"
 import { RedisBackend } from "effect-lock/RedisBackend"
+import { RedlockBackend } from "effect-lock/RedlockBackend"
 import type { LockBackendError, LockOptionsError } from "effect-lock"
 import { Redis } from "ioredis"
 
@@ -56,6 +57,7 @@ export const program = withLock("orders:42", Effect.log("alone")).pipe(
   Effect.provide(RedisBackend.layer({ client }))
 )
 export const fenced = Fencing.redisSet(client, { key: "k", value: "v", token: 1n })
+export const redlock = RedlockBackend.layer({ nodes: ["redis://127.0.0.1:6379", { host: "127.0.0.1", port: 6380 }, client] })
 export { errors }
 import { Layer } from "effect"
 import { Fencing } from "effect-lock"
