@@ -242,9 +242,9 @@ export const runCampaign = async (options: CampaignOptions): Promise<CampaignRes
     })
 
     for (let w = 0; w < options.workers; w++) spawnWorker(w)
-    const readyBy = mono() + 120_000
+    const readyBy = mono() + 300_000
     while (ready.size < options.workers) {
-      if (mono() > readyBy) throw new Error("the workers did not start within 120 s")
+      if (mono() > readyBy) throw new Error("the workers did not start within 300 s")
       await sleep(50)
     }
 

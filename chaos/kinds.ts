@@ -16,7 +16,9 @@ import type { Duration, Effect, Layer } from "effect"
 import { withLock } from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
 import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "../src/LockError.js"
+import * as MultiLock from "../src/MultiLock.js"
 import { RedisBackend } from "../src/RedisBackend.js"
+import * as Semaphore from "../src/Semaphore.js"
 
 /** What a body gets from the kind: the grant's token and its guard. */
 export interface Grant {
@@ -54,6 +56,21 @@ export const kinds: Readonly<Record<string, ChaosKind>> = {
     name: "mutex",
     describe: "Lock.withLock (Redisson's RLock)",
     withLock: (key, options, body) => withLock(key, (lease) => body(lease), options)
+  },
+  semaphore: {
+    name: "semaphore",
+    describe: "Semaphore.withPermits of 1 permit out of 1 (Redisson's RPermitExpirableSemaphore)",
+    withLock: (key, options, body) => Semaphore.withPermits(key, 1, (lease) => body(lease), { ...options, permits: 1 })
+  },
+  multilock: {
+    name: "multilock",
+    describe: "MultiLock.withLocks over the campaign's key and a second one; the token is the first key's",
+    withLock: (key, options, body) =>
+      MultiLock.withLocks([key, `${key}:second`], (multi) => {
+        const index = multi.keys.indexOf(key)
+        const lease = multi.leases[index]
+        return body({ fencingToken: lease?.fencingToken ?? -1n, guard: multi.guard })
+      }, options)
   }
 }
 
