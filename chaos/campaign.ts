@@ -300,6 +300,17 @@ export const runCampaign = async (options: CampaignOptions): Promise<CampaignRes
     record({ t: "nemesis-stop", mono: stopMono })
     log(`chaos: nemesis stopped; quiet phase of ${Math.round(options.quietMs / 1000)} s`)
     await sleep(options.quietMs)
+    // A worker the nemesis started again shortly before may still be starting (tens of seconds on a
+    // loaded machine): the quiet phase lasts until each has had the whole bound since its first operation.
+    const startedBy = mono() + 300_000
+    while (mono() < startedBy) {
+      const last = Math.max(...children.map((_, w) => {
+        const first = records.find((r) => r.t === "invoke" && r.w === w && r.mono > stopMono)
+        return first === undefined ? Infinity : first.mono
+      }))
+      if (last + options.recoveryBoundMs <= mono()) break
+      await sleep(200)
+    }
 
     stopping = true
     await Promise.all(children.map((_, w) => killWorker(w)))

@@ -143,6 +143,19 @@ describe("chaos checker", () => {
     assert.deepStrictEqual(kinds(late.violations), ["no-recovery"])
   })
 
+  it("times a worker still starting when the nemesis stopped from its first operation", () => {
+    const h = legal()
+    h.records.push({ t: "spawn", w: 2, life: 1, pid: 1, mono: 20 })
+    h.records.push({ t: "nemesis-stop", mono: 35 })
+    h.records.push({ t: "invoke", w: 2, id: "c", guarded: false, wall: 500, mono: 500 })
+    h.records.push({ t: "acquired", w: 2, id: "c", token: "3", mono: 510 })
+    const result = check(h.records, final(2, "b", 2), { recoveryBoundMs: 100, workers: [2] })
+    assert.deepStrictEqual(result.violations, [])
+    assert.strictEqual(result.summary.recovery[2], 10)
+    const slow = check(h.records, final(2, "b", 2), { recoveryBoundMs: 5, workers: [2] })
+    assert.deepStrictEqual(kinds(slow.violations), ["no-recovery"])
+  })
+
   it("accepts a write of unknown outcome either way", () => {
     const h = history()
     h.op("a", 0).invoke(0).acquired(10, 1).read(11, "redis", 1, 0, "").write(20, "redis", 1, 1, "unknown").end(30)
