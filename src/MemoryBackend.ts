@@ -16,6 +16,7 @@ import type { Scope } from "effect"
 import { Effect, Layer, Option } from "effect"
 import { backendOf } from "./internal/backend/make.js"
 import { makeFair } from "./internal/memory/fair.js"
+import { makeReadWrite } from "./internal/memory/readWrite.js"
 import { kindConflict, makeNotifier, makeStore, released } from "./internal/memory/store.js"
 import { makeMemorySemaphores } from "./internal/semaphore/memory.js"
 import { nowMillis } from "./internal/time.js"
@@ -69,6 +70,7 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.gen(functi
   const store = makeStore()
   const notifier = yield* makeNotifier()
   const fair = yield* makeFair(store)
+  const { read, write } = yield* makeReadWrite(store)
   const { live, locks } = store
 
   const releaseWith = <A>(key: string, owner: string, onFree: (now: number) => A) =>
@@ -132,7 +134,7 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.gen(functi
     unsubscribe: notifier.unsubscribe,
     notifications: notifier.notifications,
     semaphore: makeMemorySemaphores(notifier.notify),
-    kinds: { fair },
+    kinds: { fair, read, write },
     lockCount: Effect.map(nowMillis, (now) => {
       let count = 0
       for (const key of Array.from(locks.keys())) if (live(key, now) !== undefined) count++

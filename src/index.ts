@@ -88,3 +88,8 @@ export * as Semaphore from "./Semaphore.js"
  * @since 0.3.0
  */
 export * as MultiLock from "./MultiLock.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as ReadWriteLock from "./ReadWriteLock.js"

@@ -167,13 +167,14 @@ const reenter = <A, E, R>(
 
 /**
  * How a lock kind other than the mutex enters (`FairLock`, `ReadWriteLock`): through the machinery
- * the backend built for `kind`, and, before a fresh acquisition, `check` may refuse (an upgrade
+ * the backend built for `kind`, and, before a fresh acquisition, `check` (given the backend service
+ * itself, whose `kinds` it may look into) may refuse (an upgrade
  * from a read lock) or name the owner to reuse (a read lock taken under one's own write lock).
  */
 export interface KindEntry<EK> {
   readonly kind: KindName
   readonly check?:
-    | ((region: Region | undefined, backend: Backend, key: string) => EK | { readonly owner: string } | undefined)
+    | ((region: Region | undefined, base: Backend, key: string) => EK | { readonly owner: string } | undefined)
     | undefined
 }
 
@@ -182,11 +183,11 @@ const entering = <EK>(
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   key: string,
   entry: KindEntry<EK> | undefined
-): { readonly backend: Backend; readonly check: KindEntry<EK>["check"] } | LockBackendError => {
+): { readonly backend: Backend; readonly base: Backend; readonly check: KindEntry<EK>["check"] } | LockBackendError => {
   const base = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
-  if (entry === undefined) return { backend: base, check: undefined }
+  if (entry === undefined) return { backend: base, base, check: undefined }
   const backend = kindOf(base, entry.kind, key)
-  return backend instanceof LockBackendError ? backend : { backend, check: entry.check }
+  return backend instanceof LockBackendError ? backend : { backend, base, check: entry.check }
 }
 
 const checked = <EK>(
@@ -219,7 +220,7 @@ export const runLocked = <A, E, R, E2, Busy extends undefined, EK = never>(
     const backend = enter.backend
     const reentered = findHold(region, backend, key)
     if (reentered !== undefined) return reenter(reentered, program, fiber)
-    const owner = checked(enter.check, region, backend, key)
+    const owner = checked(enter.check, region, enter.base, key)
     if (!isOwner(owner)) return Effect.fail(owner)
     return Effect.uninterruptibleMask((restore) =>
       Effect.flatMap(
@@ -255,7 +256,7 @@ export const enterScoped = <E, Busy extends undefined, EK = never>(
         metrics.count(metrics.reentries, backend.labels)
         return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
       }
-      const owner = checked(enter.check, region, backend, key)
+      const owner = checked(enter.check, region, enter.base, key)
       if (!isOwner(owner)) return Effect.fail(owner)
       return Effect.flatMap(
         acquireFresh(backend, key, options, attempt, restore, scope, fiber, owner.owner),

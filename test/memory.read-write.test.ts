@@ -1,0 +1,4 @@
+import * as MemoryBackend from "../src/MemoryBackend.js"
+import { runReadWriteConformance } from "./conformance/readWrite.js"
+
+runReadWriteConformance("memory", MemoryBackend.layer)
