@@ -175,7 +175,13 @@ export const writeBlockFiles = (
           // Examples declare things to show them, not to use them.
           noUnusedLocals: false,
           noUnusedParameters: false,
-          paths: { "effect-lock": [`${up}/src/index.ts`], "effect-lock/*": [`${up}/src/*.ts`] }
+          paths: {
+            "effect-lock": [`${up}/src/index.ts`],
+            "effect-lock/*": [`${up}/src/*.ts`],
+            // redlock 5.0.0-beta.2's "exports" map has no "types" entry, so NodeNext cannot find its
+            // typings on its own (docs/switching-from-redlock.md imports it).
+            "redlock": [`${up}/node_modules/redlock/dist/index.d.ts`]
+          }
         },
         include: ["*.ts", ...alsoInclude.map((path) => `${up}/${path}`)]
       },

@@ -5,7 +5,8 @@
  * that relies on the error union of `withLock` and on every subpath export, and runs it. ioredis is
  * first not installed (it is an optional peer: the root and the memory backend must compile and
  * run without it), then installed, and a Redis program type-checks against
- * `effect-lock/RedisBackend`.
+ * `effect-lock/RedisBackend`. The `effect-lock` executable runs from the installed package
+ * (`npx effect-lock --help`).
  */
 import { execFile } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
@@ -148,6 +149,17 @@ describe("the npm package", () => {
     await run(npm, ["install", "--no-audit", "--no-fund", tarball, `effect@${effectRange}`], app)
     expect(existsSync(join(app, "node_modules", "ioredis"))).toBe(false)
 
+    // The executable: `npx effect-lock --help` works from the installed tarball, without ioredis;
+    // a command that needs Redis says what to install (exit 1).
+    const { stdout: help } = await run("npx", ["--no-install", "effect-lock", "--help"], app)
+    expect(help).toContain("EXIT STATUS")
+    expect(help).toContain("unlock")
+    const noIoredis = await run("npx", ["--no-install", "effect-lock", "inspect", "k"], app).then(
+      () => "exited 0",
+      (e: Error) => e.message
+    )
+    expect(noIoredis).toContain("effect-lock needs ioredis to reach Redis: npm install ioredis")
+
     writeFileSync(
       join(app, "tsconfig.json"),
       JSON.stringify({
@@ -233,5 +245,6 @@ export const wrong: Effect.Effect<number, LockTimeoutError | LockBackendError | 
       JSON.stringify({ ...tsconfig, compilerOptions: { ...tsconfig.compilerOptions, types: ["node"] } })
     )
     await run(process.execPath, [tsc, "-p", ".", "--noEmit"], app)
-  }, 180_000)
+    // npm installs the CLI's dependencies too (@effect/cli, @effect/platform-node and its peers).
+  }, 600_000)
 })

@@ -17,7 +17,7 @@
  */
 import { Command } from "@effect/platform"
 import type { CommandExecutor } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
+import * as NodeContext from "@effect/platform-node/NodeContext"
 import { Cause, Effect, ExecutionStrategy, Exit, Runtime, Scope, Stream } from "effect"
 import { spawnSync } from "node:child_process"
 import { createServer, Socket } from "node:net"
