@@ -173,7 +173,7 @@ describe.skipIf(skip)("effect-lock CLI", () => {
     const b = await hold(holder, "list:b")
     // A lock as Redisson writes it (owner "<uuid>:<thread id>"), and data that must not be listed.
     await admin.hset("list:redisson", "8f0c6a2e-1b7d-4c1e-9d57-3a1f0e6b2c44:1", "2")
-    await admin.pexpire("list:redisson", 30_000)
+    await admin.pexpire("list:redisson", 600_000)
     await admin.hset("list:profile", "name", "Ada")
     await admin.set("list:counter", "3")
     const run = await cli(["list", "list:*", "--url", server.url, "--json"])
