@@ -10,6 +10,8 @@
 -- ARGV[3]  the owner id: the permits are the members <owner>:1 .. <owner>:<n>
 -- ARGV[4]  "1" to draw a fencing token, "0" not to
 -- ARGV[5]  the total to create the semaphore with when it does not exist, or "" to leave it at 0
+-- ARGV[6]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Errors   bad arguments; data of another type at a key. Neither writes anything.
 --
@@ -20,6 +22,9 @@
 -- count published), then n are taken when n are free. Time is the server's (TIME), never a client's.
 local function whole(value, min)
   return value ~= nil and string.match(value, '^[0-9]+$') ~= nil and tonumber(value) >= min and tonumber(value) <= 2147483647
+end
+if ARGV[6] ~= 'publish' and ARGV[6] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[6]))
 end
 if not whole(ARGV[1], 1) then
   return redis.error_reply('ERR effect-lock: permits must be a whole number in [1, 2147483647], got ' .. tostring(ARGV[1]))
@@ -48,7 +53,7 @@ if #expired > 0 then
   end
   local value = redis.call('incrby', KEYS[1], #expired)
   if value > 0 then
-    redis.call('publish', KEYS[3], value)
+    redis.call(ARGV[6], KEYS[3], value)
   end
 end
 if ARGV[5] ~= '' and redis.call('exists', KEYS[1]) == 0 then

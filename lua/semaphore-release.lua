@@ -6,9 +6,14 @@
 -- KEYS[3]  its channel redisson_sc:{<name>}
 -- ARGV[1]  the owner id (members <owner>:1 .. <owner>:<n>)
 -- ARGV[2]  n, the acquisition's number of permits
+-- ARGV[3]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Returns  how many permits were given back (0: none was held, nothing changed). When the free
 --          count is then positive it is published, which wakes waiters (Redisson's included).
+if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[3]))
+end
 if not string.match(ARGV[2], '^[1-9][0-9]*$') then
   return redis.error_reply('ERR effect-lock: permits must be a whole number, got ' .. tostring(ARGV[2]))
 end
@@ -29,6 +34,6 @@ if removed == 0 then
 end
 local value = redis.pcall('incrby', KEYS[1], removed)
 if type(value) == 'number' and value > 0 then
-  redis.call('publish', KEYS[3], value)
+  redis.call(ARGV[3], KEYS[3], value)
 end
 return removed

@@ -7,8 +7,13 @@
 -- KEYS[2]  its timeout set {<name>}:timeout
 -- KEYS[3]  its channel redisson_sc:{<name>}
 -- ARGV[1]  the total: a whole number in [0, 2147483647]
+-- ARGV[2]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Returns  the free count now. The total is published (as Redisson does), which wakes waiters.
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[2]))
+end
 if not string.match(ARGV[1], '^[0-9]+$') or tonumber(ARGV[1]) > 2147483647 then
   return redis.error_reply('ERR effect-lock: the total must be a whole number in [0, 2147483647], got ' .. tostring(ARGV[1]))
 end
@@ -28,5 +33,5 @@ for i = 1, #expired, 1000 do
 end
 local available = tonumber(ARGV[1]) - redis.call('zcard', KEYS[2])
 redis.call('set', KEYS[1], available)
-redis.call('publish', KEYS[3], ARGV[1])
+redis.call(ARGV[2], KEYS[3], ARGV[1])
 return available

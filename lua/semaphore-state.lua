@@ -4,8 +4,13 @@
 -- KEYS[1]  the semaphore (free count)
 -- KEYS[2]  its timeout set {<name>}:timeout
 -- KEYS[3]  its channel redisson_sc:{<name>}
+-- ARGV[1]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Returns  {available, acquired}; {0, 0} for a semaphore nobody created. Available may be negative.
+if ARGV[1] ~= 'publish' and ARGV[1] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[1]))
+end
 for i = 1, 2 do
   local kind = redis.call('type', KEYS[i]).ok
   local expected = i == 1 and 'string' or 'zset'
@@ -23,7 +28,7 @@ if #expired > 0 then
   end
   local value = redis.call('incrby', KEYS[1], #expired)
   if value > 0 then
-    redis.call('publish', KEYS[3], value)
+    redis.call(ARGV[1], KEYS[3], value)
   end
 end
 return {tonumber(redis.call('get', KEYS[1]) or '0'), redis.call('zcard', KEYS[2])}

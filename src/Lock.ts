@@ -20,7 +20,7 @@ import type { Duration, Schedule, Scope } from "effect"
 import { Effect, FiberRef, Option } from "effect"
 import { enterScoped, once, runLocked, waiting } from "./internal/lock/enter.js"
 import { makeLease } from "./internal/lock/lease.js"
-import { resolveOptions, validateKey } from "./internal/lock/options.js"
+import { resolveOptions, validateKeyFor } from "./internal/lock/options.js"
 import { currentRegion, findKey } from "./internal/lock/region.js"
 import { withSpan } from "./internal/tracing.js"
 import { LockBackend } from "./LockBackend.js"
@@ -146,7 +146,7 @@ export { make as makeClient } from "./LockClient.js"
 export type WithLockError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
 
 const validate = (key: string, options: LockOptions | undefined) =>
-  Effect.zip(validateKey(key), resolveOptions(options))
+  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
@@ -317,7 +317,10 @@ export const isLocked = (key: string): Effect.Effect<boolean, LockBackendError |
 export const inspect = (
   key: string
 ): Effect.Effect<Option.Option<LockInfo>, LockBackendError | LockOptionsError, LockBackend> =>
-  Effect.flatMap(validateKey(key), (key) => Effect.flatMap(LockBackend, (backend) => backend.primitives.inspect(key)))
+  Effect.flatMap(
+    LockBackend,
+    (backend) => Effect.flatMap(validateKeyFor(backend, key), (key) => backend.primitives.inspect(key))
+  )
 
 /**
  * Release `key` whoever holds it, and wake its waiters. An administrative escape hatch: the
@@ -329,11 +332,11 @@ export const inspect = (
  */
 export const forceUnlock = (key: string): Effect.Effect<boolean, LockBackendError | LockOptionsError, LockBackend> =>
   Effect.flatMap(
-    validateKey(key),
-    (key) =>
+    LockBackend,
+    (backend) =>
       Effect.flatMap(
-        LockBackend,
-        (backend) =>
+        validateKeyFor(backend, key),
+        (key) =>
           backend.primitives.forceRelease(key).pipe(withSpan("effect-lock.forceUnlock", { key, backend: backend.name }))
       )
   )

@@ -181,6 +181,12 @@ export interface LockInfo {
 export interface LockPrimitives {
   /** A short name used in errors, logs and spans ("memory", "redis"). */
   readonly name: string
+  /**
+   * Optional. Why this backend cannot lock `key` (a valid key in general), or `undefined` when it
+   * can: a Redis Cluster refuses names whose companion keys would land in another slot. Checked
+   * before anything is sent; a reason becomes a `LockOptionsError` on the field `key`.
+   */
+  readonly checkKey?: ((key: string) => string | undefined) | undefined
   /** One attempt: acquire when free (or reenter for an owner already in it), or report the holder's TTL. */
   readonly tryAcquire: (request: LockRequest) => Effect.Effect<AcquireResult, LockBackendError>
   /**

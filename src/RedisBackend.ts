@@ -6,17 +6,22 @@
  * same lock name. See `docs/redis.md`.
  *
  * Each backend uses exactly two connections, whatever the number of locks and waiters: one for
- * commands and one shared subscriber.
+ * commands and one shared subscriber. On a Redis Cluster (`cluster` options, or an ioredis
+ * `Cluster` as `client`) these are two cluster clients: commands go to each lock's master, and
+ * notifications use sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`) as Redisson does in cluster mode,
+ * with at most one subscriber connection per master. See `docs/cluster.md`.
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import { Config, Duration, Effect, Layer, Option, Redacted } from "effect"
+import type { Redacted, Scope } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import type { ConfigError } from "effect/ConfigError"
-import type { Redis, RedisOptions } from "ioredis"
+import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from "ioredis"
 import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
 import * as acl from "./internal/redis/acl.js"
+import { isCluster } from "./internal/redis/clientOptions.js"
 import { makeCommands } from "./internal/redis/commands.js"
+import * as config from "./internal/redis/config.js"
 import { openConnections } from "./internal/redis/connection.js"
 import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
 import { makeRedisFair } from "./internal/redis/fair.js"
@@ -24,9 +29,11 @@ import * as fairScripts from "./internal/redis/fairScripts.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { verifyPermissions } from "./internal/redis/permissions.js"
+import { renewBySlot } from "./internal/redis/renewBySlot.js"
 import { loadScripts } from "./internal/redis/scripts.js"
 import { makeRedisSemaphores } from "./internal/redis/semaphore.js"
 import * as semaphoreScripts from "./internal/redis/semaphoreScripts.js"
+import { hashSlot } from "./internal/redis/slot.js"
 import { makeSubscriptions } from "./internal/redis/subscriptions.js"
 import type { LockBackendShape, LockPrimitives, LockRequest, ReleaseResult } from "./LockBackend.js"
 import { LockBackend } from "./LockBackend.js"
@@ -37,9 +44,10 @@ import { LockOptionsError } from "./LockError.js"
  * How to reach Redis.
  *
  * Give a `url` (`redis://` or `rediss://` for TLS, optionally with credentials) and/or ioredis
- * `redis` options, or an existing ioredis `client`. The backend opens its own connections from a
- * URL or options and closes them with its scope; an existing client is used for commands as it is
- * and never closed (the subscriber connection is a `duplicate()` of it, which is closed).
+ * `redis` options, or `cluster` nodes and options for a Redis Cluster, or an existing ioredis
+ * `client` (a `Redis` or a `Cluster`). The backend opens its own connections from a URL or options
+ * and closes them with its scope; an existing client is used for commands as it is and never
+ * closed (the subscriber connection is a `duplicate()` of it, which is closed).
  *
  * @since 0.1.0
  * @category models
@@ -55,11 +63,22 @@ export interface RedisBackendOptions {
    */
   readonly redis?: RedisOptions | undefined
   /**
-   * An existing ioredis client to run commands on. It is not closed by the backend. The backend
-   * sends a command only while the client is connected (waiting for it within `commandTimeout`),
-   * so the client's offline queue never holds one of the backend's commands.
+   * A Redis Cluster: startup `nodes` (`{ host, port }` or `"host:port"`) and ioredis
+   * `ClusterOptions` (TLS, credentials in `redisOptions`, `natMap`, ...). The backend overrides
+   * the options its failure behaviour depends on (as for `redis`, per node and for the cluster:
+   * no offline queue, `retryDelayOnFailover: 0`), sets `slotsRefreshInterval` to 1 second unless
+   * given, and subscribes with sharded subscribers. Needs Redis 7 or later (`SPUBLISH`).
    */
-  readonly client?: Redis | undefined
+  readonly cluster?: RedisClusterConfig | undefined
+  /**
+   * An existing ioredis client to run commands on: a `Redis`, or a `Cluster` for a Redis Cluster.
+   * It is not closed by the backend. The backend sends a command only while the client is
+   * connected (waiting for it within `commandTimeout`), so the client's offline queue never holds
+   * one of the backend's commands. A `Cluster` should have `enableOfflineQueue: false` and a
+   * `slotsRefreshInterval`; the backend's subscriber (a `duplicate()` with sharded subscribers) gets
+   * both whatever the client has.
+   */
+  readonly client?: Redis | Cluster | undefined
   /** Prepended to every lock name, e.g. `"myapp:"`. Default: none. */
   readonly prefix?: string | undefined
   /**
@@ -70,7 +89,37 @@ export interface RedisBackendOptions {
   readonly commandTimeout?: Duration.DurationInput | undefined
 }
 
+/**
+ * Where a Redis Cluster is: a few of its nodes (ioredis discovers the rest) and ioredis
+ * `ClusterOptions`.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface RedisClusterConfig {
+  readonly nodes: ReadonlyArray<ClusterNode>
+  readonly options?: ClusterOptions | undefined
+}
+
 const defaultCommandTimeout = Duration.seconds(2)
+
+const validateTarget = (options: RedisBackendOptions): Effect.Effect<void, LockOptionsError> => {
+  const given = (["url", "cluster", "client"] as const).filter((field) => options[field] !== undefined)
+  if (given.length > 1) {
+    return Effect.fail(
+      new LockOptionsError({ field: given.join(" and "), reason: "are different targets: give only one of them" })
+    )
+  }
+  if (options.cluster !== undefined) {
+    const nodes: unknown = options.cluster.nodes
+    if (!Array.isArray(nodes) || nodes.length === 0) {
+      return Effect.fail(
+        new LockOptionsError({ field: "cluster.nodes", reason: "must list at least one node, e.g. [{ host, port }]" })
+      )
+    }
+  }
+  return Effect.void
+}
 
 const validateCommandTimeout = (input: Duration.DurationInput | undefined): Effect.Effect<number, LockOptionsError> => {
   const fail = (reason: string) => Effect.fail(new LockOptionsError({ field: "commandTimeout", reason }))
@@ -88,21 +137,32 @@ const validateCommandTimeout = (input: Duration.DurationInput | undefined): Effe
  */
 const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
   Effect.gen(function*() {
-    const layout = makeKeyLayout(options.prefix ?? "")
     const connections = yield* openConnections({
       url: options.url,
       redis: options.redis,
+      cluster: options.cluster,
       client: options.client,
       commandTimeout
     })
+    const layout = makeKeyLayout(options.prefix ?? "", connections.mode === "cluster" ? "sharded" : "plain")
+    const command = connections.command
+    const allScripts = [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all]
     yield* Effect.tryPromise({
-      try: () => loadScripts(connections.command, [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all]),
+      // On a cluster every master gets the scripts (a replica promoted later answers NOSCRIPT once,
+      // and the script is sent in full).
+      try: () =>
+        isCluster(command)
+          ? Promise.all(command.nodes("master").map((node) => loadScripts(node, allScripts))).then(() => {})
+          : loadScripts(command, allScripts),
       catch: (cause) => redisError("load-scripts", undefined, cause)
     })
-    yield* verifyPermissions(connections.command, options.prefix ?? "", {
-      readyCheck: connections.command.options.enableReadyCheck !== false,
-      connectionName: (connections.command.options.connectionName ?? "") !== ""
-    })
+    // The ACL check asks one server; on a cluster each node has its own users (not checked here).
+    if (!isCluster(command)) {
+      yield* verifyPermissions(command, options.prefix ?? "", {
+        readyCheck: command.options.enableReadyCheck !== false,
+        connectionName: (command.options.connectionName ?? "") !== ""
+      })
+    }
     const commands = makeCommands(connections, layout)
     const { call, callTaking } = commands
     const subscriptions = yield* makeSubscriptions(connections, layout)
@@ -137,8 +197,12 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
         )
     }
 
+    const renewOnce = (requests: ReadonlyArray<LockRequest>) =>
+      call("renew", requests[0]?.key ?? "", scripts.renew, requests.map((r) => layout.keysOf(r.key).lock), requests)
+
     const primitives: LockPrimitives = {
       name: backendName,
+      checkKey: layout.problemOf,
       tryAcquire: (request) =>
         callTaking(
           "acquire",
@@ -151,13 +215,9 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       renew: (requests) =>
         requests.length === 0
           ? Effect.succeed([])
-          : call(
-            "renew",
-            requests[0]?.key ?? "",
-            scripts.renew,
-            requests.map((r) => layout.keysOf(r.key).lock),
-            requests
-          ),
+          : layout.pubsub === "sharded"
+          ? renewBySlot(requests, (request) => hashSlot(layout.keysOf(request.key).lock), renewOnce)
+          : renewOnce(requests),
       release,
       handOver,
       forceRelease: (key) => call("force-release", key, scripts.forceRelease, layout.keysOf(key)),
@@ -190,9 +250,12 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
 export const make = (
   options: RedisBackendOptions = {}
 ): Effect.Effect<LockBackendShape, LockBackendError | LockOptionsError, Scope.Scope> =>
-  Effect.flatMap(
-    validateCommandTimeout(options.commandTimeout),
-    (commandTimeout) => Effect.flatMap(makePrimitives(options, commandTimeout), LockBackend.make)
+  Effect.zipRight(
+    validateTarget(options),
+    Effect.flatMap(
+      validateCommandTimeout(options.commandTimeout),
+      (commandTimeout) => Effect.flatMap(makePrimitives(options, commandTimeout), LockBackend.make)
+    )
   )
 
 /**
@@ -216,16 +279,35 @@ export const layer = (
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError> => Layer.scoped(LockBackend, make(options))
 
 /**
- * Like `layer`, with the URL read from the `REDIS_URL` config value (by default the environment
- * variable). The URL is read as `Redacted`, so a password in it never reaches a log.
+ * Options of `layerConfig`: those of `layer` without the target, which comes from `Config`, plus
+ * the ioredis `ClusterOptions` to use when the target is a cluster.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface RedisBackendConfigOptions extends Omit<RedisBackendOptions, "url" | "client" | "cluster"> {
+  /** ioredis `ClusterOptions` (credentials in `redisOptions`, TLS, ...) when `REDIS_CLUSTER_NODES` is set. */
+  readonly clusterOptions?: ClusterOptions | undefined
+}
+
+/**
+ * Like `layer`, with the target read from `Config` (by default the environment): a Redis Cluster
+ * when `REDIS_CLUSTER_NODES` is set (`host:port` startup nodes separated by commas, e.g.
+ * `10.0.0.1:7000,10.0.0.2:7000`; credentials go in `clusterOptions.redisOptions`), otherwise the
+ * `REDIS_URL`, read as `Redacted` so that a password in it never reaches a log.
  *
  * @since 0.1.0
  * @category layers
  */
 export const layerConfig = (
-  options: Omit<RedisBackendOptions, "url" | "client"> = {}
+  options: RedisBackendConfigOptions = {}
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError | ConfigError> =>
-  Layer.unwrapEffect(Effect.map(redisUrl, (url) => layer({ ...options, url })))
+  Layer.unwrapEffect(Effect.flatMap(config.clusterNodes, (nodes) => {
+    const { clusterOptions, ...rest } = options
+    return Option.isSome(nodes)
+      ? Effect.succeed(layer({ ...rest, cluster: { nodes: nodes.value, options: clusterOptions } }))
+      : Effect.map(config.redisUrl, (url) => layer({ ...rest, url }))
+  }))
 
 /**
  * The least-privilege ACL rule for a backend with `prefix`, one ACL token per entry: the commands
@@ -249,14 +331,6 @@ export const layerConfig = (
  */
 export const aclRule = (options: { readonly prefix?: string | undefined } = {}): ReadonlyArray<string> =>
   acl.aclRule(options.prefix ?? "")
-
-// Read as a string and wrapped at once: `Config.redacted` would also redact the error of a missing
-// variable ("Missing data at REDIS_URL: <redacted>"), which holds no secret and should say what is
-// missing. The value itself is Redacted from here on.
-const redisUrl = Config.string("REDIS_URL").pipe(
-  Config.map(Redacted.make),
-  Config.withDescription("the Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380")
-)
 
 /**
  * This module as a namespace, so that both `import { RedisBackend } from "effect-lock/RedisBackend"`

@@ -24,7 +24,7 @@
 import type { Scope } from "effect"
 import { Effect, Option } from "effect"
 import { backendOf } from "./internal/backend/make.js"
-import { resolveOptions, validateKey } from "./internal/lock/options.js"
+import { resolveOptions, validateKeyFor } from "./internal/lock/options.js"
 import type { PermitLease, PermitProgram, PermitsWanted } from "./internal/semaphore/enter.js"
 import { acquireScoped, once, runWithPermits, supportOf, waiting } from "./internal/semaphore/enter.js"
 import type { LockOptions } from "./Lock.js"
@@ -103,9 +103,9 @@ const validate = (
   key: string,
   permits: number,
   options: SemaphoreOptions | undefined
-): Effect.Effect<PermitsWanted, LockOptionsError> =>
+): Effect.Effect<PermitsWanted, LockOptionsError, LockBackend> =>
   Effect.gen(function*() {
-    const validKey = yield* validateKey(key)
+    const validKey = yield* validateKeyFor(yield* LockBackend, key)
     const n = yield* permitCount("permits (requested)", permits, 1)
     const total = options?.permits === undefined ? undefined : yield* permitCount("permits", options.permits, 1)
     if (total !== undefined && n > total) {
@@ -258,11 +258,11 @@ const withSupport = <A>(
   >
 ): Effect.Effect<A, LockBackendError | LockOptionsError, LockBackend> =>
   Effect.flatMap(
-    validateKey(key),
-    (key) =>
+    LockBackend,
+    (service) =>
       Effect.flatMap(
-        LockBackend,
-        (service) => Effect.flatMap(supportOf(backendOf(service), key), (support) => use(support, key))
+        validateKeyFor(service, key),
+        (key) => Effect.flatMap(supportOf(backendOf(service), key), (support) => use(support, key))
       )
   )
 

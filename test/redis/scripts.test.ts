@@ -140,6 +140,20 @@ describe.skipIf(skip)("scripts check their arguments before writing", () => {
       assert.strictEqual(yield* cmd(redis, "GET", "over:1"), "data", "the data is untouched")
     }))
 
+  it.scopedLive("release, force-release and hand-over refuse a publish command other than publish/spublish, before writing", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      const key = "publish-guard"
+      yield* run(redis, scripts.acquire, layout.keysOf(key), request(key, "o:1", 60_000))
+      const bad = { ...layout.keysOf(key), publish: "del" as never }
+      assert.match(String(yield* run(redis, scripts.release, bad, "o:1")), /publish command/)
+      assert.match(String(yield* run(redis, scripts.forceRelease, bad)), /publish command/)
+      const mixed = { ...layout.keysOf(key), numsub: "shardnumsub" as const }
+      assert.match(String(yield* run(redis, scripts.handOver, mixed, "o:1", request(key, "o:2", 1_000), 0)), /numsub/)
+      assert.deepStrictEqual(yield* cmd(redis, "HGETALL", key), ["o:1", "1"], "the lock is untouched")
+      assert.deepStrictEqual(yield* run(redis, scripts.release, layout.keysOf(key), "o:1"), { _tag: "Released" })
+    }))
+
   it.scopedLive("a bad commandTimeout is a LockOptionsError naming the field, and nothing connects", () =>
     Effect.gen(function*() {
       for (const commandTimeout of [0, -5, 1.5, Number.POSITIVE_INFINITY, "soon" as never]) {

@@ -7,14 +7,14 @@
 import type { Scope } from "effect"
 import { Effect, Option } from "effect"
 import type { Lease, LockOptions, Program, WithLockError } from "../../Lock.js"
-import type { LockBackend } from "../../LockBackend.js"
+import { LockBackend } from "../../LockBackend.js"
 import type { LockBackendError, LockOptionsError, LockTimeoutError } from "../../LockError.js"
 import type { KindEntry } from "./enter.js"
 import { enterScoped, once, runLocked, waiting } from "./enter.js"
-import { resolveOptions, validateKey } from "./options.js"
+import { resolveOptions, validateKeyFor } from "./options.js"
 
 const validate = (key: string, options: LockOptions | undefined) =>
-  Effect.zip(validateKey(key), resolveOptions(options))
+  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 

@@ -55,6 +55,20 @@ export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsErro
   return Effect.succeed(key)
 }
 
+/**
+ * `validateKey`, then whatever the backend itself refuses (`LockPrimitives.checkKey`: a Redis
+ * Cluster refuses names whose companion keys would land in another slot). Every public entry
+ * point that takes a key on a backend checks it with this before sending anything.
+ */
+export const validateKeyFor = (
+  backend: { readonly primitives: { readonly checkKey?: ((key: string) => string | undefined) | undefined } },
+  key: unknown
+): Effect.Effect<string, LockOptionsError> =>
+  Effect.flatMap(validateKey(key), (valid) => {
+    const problem = backend.primitives.checkKey?.(valid)
+    return problem === undefined ? Effect.succeed(valid) : keyError(problem)
+  })
+
 const isNegativeInput = (input: unknown): boolean => {
   if (typeof input === "number") return input < 0
   if (typeof input === "bigint") return input < 0n

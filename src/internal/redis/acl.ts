@@ -154,7 +154,7 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
   const layout = makeKeyLayout(prefix)
   const plainName = "effect-lock:acl-probe"
   const bracedName = "{effect-lock:acl-probe}"
-  const pattern = (braced: boolean, kind: keyof RedisKeys | "channelKey"): string => {
+  const pattern = (braced: boolean, kind: Exclude<keyof RedisKeys, "publish" | "numsub"> | "channelKey"): string => {
     if (prefix === "") return kind === "channel" ? "&redisson_lock__channel:*" : "~*"
     switch (kind) {
       case "lock":

@@ -3,6 +3,10 @@
  * number of locks and waiters. Opened with the options the failure behaviour depends on, watched
  * (connection errors are logged once per run), and closed with the scope.
  *
+ * On a Redis Cluster both are ioredis `Cluster`s (options in `clientOptions.ts`): the command one routes each
+ * script to its slot's master, the subscriber one holds at most one sharded-subscriber connection
+ * per master. Everything below works on either; what differs is said where it differs.
+ *
  * The command budget: every call gets `commandTimeout` from the moment it is made, in total. While
  * the command connection is (re)connecting, a call waits for it inside that budget instead of
  * failing at once, so a blip shorter than the budget (a restart, a dropped connection) costs a
@@ -11,24 +15,40 @@
  */
 import type { Scope } from "effect"
 import { Effect, FiberSet, Redacted } from "effect"
-import type { Redis, RedisOptions } from "ioredis"
+import type { Cluster, Redis, RedisOptions } from "ioredis"
 import type { BackendOperation, LockBackendError } from "../../LockError.js"
+import type { ClusterConfig } from "./clientOptions.js"
+import {
+  clusterCommandOptions,
+  clusterSubscriberOptions,
+  isCluster,
+  ownOptions,
+  subscriberOptions
+} from "./clientOptions.js"
 import { backendName, describeConnectionError, redisError } from "./errors.js"
 import { makeWriteBatcher } from "./writeBatch.js"
 
 export type ConnectionName = "command" | "subscriber"
 
+/** A standalone connection or a cluster client: the backend speaks to either. */
+export type Client = Redis | Cluster
+
+type Listener = Parameters<Redis["on"]>[1]
+
 export interface ConnectOptions {
   readonly url?: string | Redacted.Redacted<string> | undefined
   readonly redis?: RedisOptions | undefined
-  readonly client?: Redis | undefined
+  readonly cluster?: ClusterConfig | undefined
+  readonly client?: Client | undefined
   /** Whole milliseconds, at least 1. */
   readonly commandTimeout: number
 }
 
 export interface Connections {
-  readonly command: Redis
-  readonly subscriber: Redis
+  /** `cluster` when the clients are ioredis `Cluster`s. */
+  readonly mode: "standalone" | "cluster"
+  readonly command: Client
+  readonly subscriber: Client
   readonly commandTimeout: number
   /** Runs an effect in the backend's scope (log lines from ioredis' callbacks). */
   readonly runFork: <A, E>(effect: Effect.Effect<A, E>) => void
@@ -46,32 +66,12 @@ export interface Connections {
   ) => Effect.Effect<A, LockBackendError>
   /** `handlers` on `redis`'s events for the lifetime of the scope. */
   readonly listen: (
-    redis: Redis,
-    handlers: Readonly<Record<string, Parameters<Redis["on"]>[1]>>
+    redis: Client,
+    handlers: Readonly<Record<string, Listener>>
   ) => Effect.Effect<void, never, Scope.Scope>
 }
 
-const ownOptions = (commandTimeout: number): RedisOptions => ({
-  lazyConnect: true,
-  // Off: with auto-pipelining every call waits for the next tick and goes out as a pipeline of its
-  // own, which cost about 100 µs per serial acquire + release here and bought no throughput on
-  // distinct keys (docs/benchmarks.md). A plain write is sent at once.
-  enableAutoPipelining: false,
-  // An acquire must never sit in a queue while disconnected and run minutes later: commands fail
-  // at once when there is no connection, in-flight ones fail when it drops, and none is resent.
-  enableOfflineQueue: false,
-  autoResendUnfulfilledCommands: false,
-  maxRetriesPerRequest: 0,
-  commandTimeout
-})
-
-const subscriberOptions = (commandTimeout: number): RedisOptions => ({
-  ...ownOptions(commandTimeout),
-  // The backend resubscribes from its own wait queues after a reconnect.
-  autoResubscribe: false
-})
-
-const listen = (redis: Redis, handlers: Readonly<Record<string, Parameters<Redis["on"]>[1]>>) =>
+const listen = (redis: Client, handlers: Readonly<Record<string, Listener>>) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       for (const [event, handler] of Object.entries(handlers)) redis.on(event, handler)
@@ -96,12 +96,18 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
 
     // Listeners stay on connections the backend owns (a late error event after the close must still
     // find a listener) and are removed from an external client when the scope closes.
-    const watch = (redis: Redis, connection: ConnectionName) => {
+    const watch = (redis: Client, connection: ConnectionName) => {
       const annotate = Effect.annotateLogs({ backend: backendName, connection })
+      const nodeOptions = isCluster(redis) ? (redis.options.redisOptions ?? {}) : redis.options
+      const firstNode = isCluster(redis) ? redis.startupNodes[0] : undefined
       const endpoint = {
-        host: redis.options.path ?? redis.options.host ?? "localhost",
-        port: redis.options.port ?? 6379,
-        tls: redis.options.tls !== undefined && redis.options.tls !== null && (redis.options.tls as unknown) !== false
+        host: typeof firstNode === "object" && firstNode !== null && "host" in firstNode
+          ? String(firstNode.host)
+          : nodeOptions.path ?? nodeOptions.host ?? "localhost",
+        port: typeof firstNode === "object" && firstNode !== null && "port" in firstNode
+          ? Number(firstNode.port)
+          : nodeOptions.port ?? 6379,
+        tls: nodeOptions.tls !== undefined && nodeOptions.tls !== null && (nodeOptions.tls as unknown) !== false
       }
       let neverReady = redis.status !== "ready"
       const onError = (raw: Error) => {
@@ -125,20 +131,20 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       return { error: onError, ready: onReady }
     }
 
-    const close = (redis: Redis) =>
+    const close = (redis: Client) =>
       Effect.tryPromise(() => redis.quit()).pipe(
         Effect.timeout(commandTimeout),
         Effect.ignore,
         Effect.ensuring(Effect.sync(() => redis.disconnect()))
       )
 
-    const connect = (redis: Redis, connection: ConnectionName) =>
+    const connect = (redis: Client, connection: ConnectionName) =>
       Effect.tryPromise({
         try: () => redis.connect(),
         catch: (cause) => redisError("connect", undefined, lastError[connection] ?? cause)
       })
 
-    const openOwned = (create: () => Redis, connection: ConnectionName) =>
+    const openOwned = (create: () => Client, connection: ConnectionName) =>
       Effect.gen(function*() {
         const redis = yield* Effect.acquireRelease(Effect.sync(create), close)
         for (const [event, handler] of Object.entries(watch(redis, connection))) redis.on(event, handler)
@@ -146,33 +152,48 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
         return redis
       })
 
-    let command: Redis
+    let command: Client
     const external = options.client
     if (external !== undefined) {
       command = external
       yield* listen(command, watch(command, "command"))
       if (command.status === "wait") yield* connect(command, "command")
     } else {
-      const { Redis } = yield* Effect.tryPromise({
+      const ioredis = yield* Effect.tryPromise({
         try: () => import("ioredis"),
         catch: (cause) => redisError("connect", undefined, cause)
       })
-      const url = options.url === undefined
-        ? undefined
-        : typeof options.url === "string"
-        ? options.url
-        : Redacted.value(options.url)
-      const commandOptions: RedisOptions = {
-        connectionName: "effect-lock",
-        ...options.redis,
-        ...ownOptions(commandTimeout)
+      const cluster = options.cluster
+      if (cluster !== undefined) {
+        command = yield* openOwned(
+          () => new ioredis.Cluster([...cluster.nodes], clusterCommandOptions(cluster.options, commandTimeout)),
+          "command"
+        )
+      } else {
+        const url = options.url === undefined
+          ? undefined
+          : typeof options.url === "string"
+          ? options.url
+          : Redacted.value(options.url)
+        const commandOptions: RedisOptions = {
+          connectionName: "effect-lock",
+          ...options.redis,
+          ...ownOptions(commandTimeout)
+        }
+        command = yield* openOwned(
+          () => url === undefined ? new ioredis.Redis(commandOptions) : new ioredis.Redis(url, commandOptions),
+          "command"
+        )
       }
-      command = yield* openOwned(
-        () => url === undefined ? new Redis(commandOptions) : new Redis(url, commandOptions),
-        "command"
-      )
     }
-    const subscriber = yield* openOwned(() => command.duplicate(subscriberOptions(commandTimeout)), "subscriber")
+    const clustered = isCluster(command)
+    const subscriber = yield* openOwned(
+      () =>
+        isCluster(command)
+          ? command.duplicate([], clusterSubscriberOptions(command.options, commandTimeout))
+          : command.duplicate(subscriberOptions(commandTimeout)),
+      "subscriber"
+    )
 
     // --- the command budget ---------------------------------------------------------------------
 
@@ -230,8 +251,9 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
         })
       })
 
-    // An external client may have no command timeout of its own; then the backend applies one.
-    const ownTimeout = typeof command.options.commandTimeout === "number"
+    // An external client may have no command timeout of its own; then the backend applies one. A
+    // cluster client's node timeout restarts on each redirection, so the backend always applies one.
+    const ownTimeout = !isCluster(command) && typeof command.options.commandTimeout === "number"
 
     // The budget must be able to stop a call even where the caller is uninterruptible (the lock
     // runs acquire attempts uninterruptibly), hence `interruptible`: an interrupted wait for the
@@ -268,11 +290,13 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       })
 
     return {
+      mode: clustered ? "cluster" : "standalone",
       command,
       subscriber,
       commandTimeout,
       runFork,
-      batch: makeWriteBatcher(command),
+      // A cluster client writes to many sockets of its own; its commands go out unbatched.
+      batch: isCluster(command) ? () => {} : makeWriteBatcher(command),
       clear,
       whenConnected,
       budgeted,

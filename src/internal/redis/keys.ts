@@ -1,8 +1,14 @@
 /**
  * Redisson's RLock key layout. Companion keys are named as Redisson's `RedissonObject.prefixName`
  * names them: `<kind>:{<name>}`, or `<kind>:<name>` when the name already has a hash tag. Either
- * way every key of one lock falls in the same cluster slot.
+ * way every key of one lock falls in the same cluster slot, provided the name's hash tag, if it
+ * has a `{`, is not empty (`slot.ts`; on a cluster other names are refused).
+ *
+ * The layout also says how releases are published, as Redisson's `getPublishCommand()` does:
+ * `PUBLISH` on a standalone Redis, sharded `SPUBLISH` on a Redis Cluster (counted with `PUBSUB
+ * NUMSUB` and `PUBSUB SHARDNUMSUB` respectively). Scripts get the command as an argument.
  */
+import { hashTagProblem } from "./slot.js"
 
 import { notificationKey, semaphoreKeyOf } from "../semaphore/primitives.js"
 
@@ -30,6 +36,8 @@ export interface SemaphoreKeys {
   readonly timeouts: string
   readonly channel: string
   readonly token: string
+  /** The command a script publishes on `channel` with. */
+  readonly publish: PublishCommand
 }
 
 export interface RedisKeys {
@@ -39,11 +47,26 @@ export interface RedisKeys {
   readonly channel: string
   /** The fencing counter. */
   readonly token: string
+  /** The command a script publishes on `channel` with. */
+  readonly publish: PublishCommand
+  /** The `PUBSUB` subcommand that counts `channel`'s subscribers. */
+  readonly numsub: "numsub" | "shardnumsub"
 }
 
+/** `PUBLISH` (standalone) or sharded `SPUBLISH` (cluster). */
+export type PublishCommand = "publish" | "spublish"
+
+export type PubSubMode = "plain" | "sharded"
+
 export interface KeyLayout {
+  readonly pubsub: PubSubMode
   readonly keysOf: (key: string) => RedisKeys
   readonly semaphoreKeysOf: (key: string) => SemaphoreKeys
+  /**
+   * Why `key` cannot be a lock name in this layout, or `undefined`: on a cluster, a name whose
+   * companion keys would land in another slot (an empty or unclosed hash tag).
+   */
+  readonly problemOf: (key: string) => string | undefined
   readonly channelOf: (key: string) => string
   /**
    * The lock keys (without prefix) a channel may belong to: Redisson's naming maps both `a` and
@@ -52,7 +75,7 @@ export interface KeyLayout {
   readonly keysOfChannel: (channel: string) => ReadonlyArray<string>
 }
 
-export const makeKeyLayout = (prefix: string): KeyLayout => {
+export const makeKeyLayout = (prefix: string, pubsub: PubSubMode = "plain"): KeyLayout => {
   const channelHead = `${channelKind}:`
   const semaphoreHead = `${semaphoreChannelKind}:`
   const unprefix = (name: string) => (name.startsWith(prefix) ? [name.slice(prefix.length)] : [])
@@ -60,10 +83,18 @@ export const makeKeyLayout = (prefix: string): KeyLayout => {
     const braced = rest.startsWith("{") && rest.endsWith("}") ? unprefix(rest.slice(1, -1)) : []
     return rest.includes("{") ? [...braced, ...unprefix(rest)] : braced
   }
+  const publish: PublishCommand = pubsub === "sharded" ? "spublish" : "publish"
+  const numsub = pubsub === "sharded" ? "shardnumsub" : "numsub"
   return {
+    pubsub,
     keysOf: (key) => {
       const lock = prefix + key
-      return { lock, channel: prefixName(channelKind, lock), token: prefixName(tokenKind, lock) }
+      return { lock, channel: prefixName(channelKind, lock), token: prefixName(tokenKind, lock), publish, numsub }
+    },
+    problemOf: (key) => {
+      if (pubsub === "plain") return undefined
+      const problem = hashTagProblem(prefix + key)
+      return problem === undefined || prefix === "" ? problem : `with the prefix "${prefix}" ${problem}`
     },
     semaphoreKeysOf: (key) => {
       const semaphore = prefix + key
@@ -71,7 +102,8 @@ export const makeKeyLayout = (prefix: string): KeyLayout => {
         semaphore,
         timeouts: suffixName(semaphore, "timeout"),
         channel: prefixName(semaphoreChannelKind, semaphore),
-        token: prefixName(semaphoreTokenKind, semaphore)
+        token: prefixName(semaphoreTokenKind, semaphore),
+        publish
       }
     },
     // A semaphore's notification key (see `semaphore/primitives.ts`) travels on its own channel.

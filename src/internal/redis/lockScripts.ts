@@ -57,7 +57,8 @@ export const renew = defineScript({
 
 export const release = defineScript({
   name: "release",
-  encode: (keys: RedisKeys, owner: string) => [[keys.lock, keys.channel], [owner, unlockMessage]] as const,
+  encode: (keys: RedisKeys, owner: string) =>
+    [[keys.lock, keys.channel], [owner, unlockMessage, keys.publish]] as const,
   decode: (reply): ReleaseResult | undefined =>
     reply === 1 ? released : reply === 0 ? stillHeld : reply === -1 ? notHeld : undefined
 })
@@ -67,7 +68,16 @@ export const handOver = defineScript({
   encode: (keys: RedisKeys, from: string, to: LockRequest, ownSubscriptions: 0 | 1) =>
     [
       [keys.lock, keys.channel, keys.token],
-      [from, unlockMessage, to.owner, String(to.leaseMillis), to.fencing ? "1" : "0", String(ownSubscriptions)]
+      [
+        from,
+        unlockMessage,
+        to.owner,
+        String(to.leaseMillis),
+        to.fencing ? "1" : "0",
+        String(ownSubscriptions),
+        keys.publish,
+        keys.numsub
+      ]
     ] as const,
   decode: (reply): HandOverResult | undefined => {
     if (!Array.isArray(reply)) return undefined
@@ -79,7 +89,7 @@ export const handOver = defineScript({
 
 export const forceRelease = defineScript({
   name: "force-release",
-  encode: (keys: RedisKeys) => [[keys.lock, keys.channel], [unlockMessage]] as const,
+  encode: (keys: RedisKeys) => [[keys.lock, keys.channel], [unlockMessage, keys.publish]] as const,
   decode: (reply): boolean | undefined => reply === 1 ? true : reply === 0 ? false : undefined
 })
 

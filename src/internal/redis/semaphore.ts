@@ -3,26 +3,38 @@
  * RedissonPermitExpirableSemaphore's layout (`semaphoreScripts.ts`, `lua/semaphore-*.lua`).
  */
 import { Effect } from "effect"
-import type { SemaphorePrimitives } from "../semaphore/primitives.js"
+import type { PermitRequest, SemaphorePrimitives } from "../semaphore/primitives.js"
 import type { Commands } from "./commands.js"
 import type { KeyLayout } from "./keys.js"
+import { renewBySlot } from "./renewBySlot.js"
 import * as scripts from "./semaphoreScripts.js"
+import { hashSlot } from "./slot.js"
 
-export const makeRedisSemaphores = ({ call }: Commands, layout: KeyLayout): SemaphorePrimitives => ({
-  tryAcquire: (request) => call("acquire", request.key, scripts.acquire, layout.semaphoreKeysOf(request.key), request),
-  renew: (requests) =>
-    requests.length === 0 ? Effect.succeed([]) : call(
+export const makeRedisSemaphores = ({ call }: Commands, layout: KeyLayout): SemaphorePrimitives => {
+  const renewOnce = (requests: ReadonlyArray<PermitRequest>) =>
+    call(
       "renew",
       requests[0]?.key ?? "",
       scripts.renew,
       requests.map((r) => layout.semaphoreKeysOf(r.key).timeouts),
       requests
-    ),
-  release: (key, owner, permits) =>
-    permits < 1
-      ? Effect.succeed(0)
-      : call("release", key, scripts.release, layout.semaphoreKeysOf(key), owner, permits),
-  state: (key) => call("inspect", key, scripts.state, layout.semaphoreKeysOf(key)),
-  setPermits: (key, total) =>
-    Effect.asVoid(call("set-permits", key, scripts.setPermits, layout.semaphoreKeysOf(key), total))
-})
+    )
+  return {
+    tryAcquire: (request) =>
+      call("acquire", request.key, scripts.acquire, layout.semaphoreKeysOf(request.key), request),
+    renew: (requests) =>
+      requests.length === 0
+        ? Effect.succeed([])
+        : layout.pubsub === "sharded"
+        // A script's keys share one slot on a cluster: one call per slot.
+        ? renewBySlot(requests, (r) => hashSlot(layout.semaphoreKeysOf(r.key).timeouts), renewOnce)
+        : renewOnce(requests),
+    release: (key, owner, permits) =>
+      permits < 1
+        ? Effect.succeed(0)
+        : call("release", key, scripts.release, layout.semaphoreKeysOf(key), owner, permits),
+    state: (key) => call("inspect", key, scripts.state, layout.semaphoreKeysOf(key)),
+    setPermits: (key, total) =>
+      Effect.asVoid(call("set-permits", key, scripts.setPermits, layout.semaphoreKeysOf(key), total))
+  }
+}

@@ -24,7 +24,8 @@ export const acquire = defineScript({
         String(request.leaseMillis),
         request.owner,
         request.fencing ? "1" : "0",
-        request.total === undefined ? "" : String(request.total)
+        request.total === undefined ? "" : String(request.total),
+        keys.publish
       ]
     ] as const,
   decode: (reply): PermitAcquireResult | undefined => {
@@ -58,13 +59,13 @@ export const renew = defineScript({
 export const release = defineScript({
   name: "semaphore-release",
   encode: (keys: SemaphoreKeys, owner: string, permits: number) =>
-    [[keys.semaphore, keys.timeouts, keys.channel], [owner, String(permits)]] as const,
+    [[keys.semaphore, keys.timeouts, keys.channel], [owner, String(permits), keys.publish]] as const,
   decode: (reply): number | undefined => typeof reply === "number" && reply >= 0 ? reply : undefined
 })
 
 export const state = defineScript({
   name: "semaphore-state",
-  encode: (keys: SemaphoreKeys) => [[keys.semaphore, keys.timeouts, keys.channel], []] as const,
+  encode: (keys: SemaphoreKeys) => [[keys.semaphore, keys.timeouts, keys.channel], [keys.publish]] as const,
   decode: (reply): SemaphoreState | undefined => {
     if (!Array.isArray(reply)) return undefined
     const [available, acquired] = reply as [unknown, unknown]
@@ -75,7 +76,7 @@ export const state = defineScript({
 export const setPermits = defineScript({
   name: "semaphore-set-permits",
   encode: (keys: SemaphoreKeys, total: number) =>
-    [[keys.semaphore, keys.timeouts, keys.channel], [String(total)]] as const,
+    [[keys.semaphore, keys.timeouts, keys.channel], [String(total), keys.publish]] as const,
   decode: (reply): number | undefined => typeof reply === "number" ? reply : undefined
 })
 

@@ -6,6 +6,13 @@
  *
  * A failed SUBSCRIBE does not fail the waiter: it is only woken later, by its retry schedule or
  * the holder's lease.
+ *
+ * On a Redis Cluster the subscriptions are sharded (`SSUBSCRIBE`, one connection per master at
+ * most, made by ioredis' sharded subscriber group). ioredis restores them itself when it
+ * re-reads the slot map (a failover, a slot migration, a dropped connection): a subscriber
+ * connection that goes away (`-subscriber`) marks every channel not live, and once the group is
+ * back (`subscribersReady`) every wanted channel is live again and a `Missed` notification wakes
+ * one waiter per key.
  */
 import type { Scope } from "effect"
 import { Effect, Queue } from "effect"
@@ -37,15 +44,28 @@ export const makeSubscriptions = (
         `Redis ${operation} failed; waiters fall back to their retry schedule and the holder's lease`
       ).pipe(Effect.annotateLogs({ backend: backendName, channels: channels.join(" "), error: messageOf(error) }))
 
+    const sharded = layout.pubsub === "sharded"
+    // Sharded: one SSUBSCRIBE per channel, since ioredis routes a call by its first channel's slot.
+    const send = (command: "subscribe" | "unsubscribe", channels: ReadonlyArray<string>): Promise<unknown> =>
+      sharded
+        ? Promise.all(
+          channels.map((channel) =>
+            command === "subscribe" ? subscriber.ssubscribe(channel) : subscriber.sunsubscribe(channel)
+          )
+        )
+        : command === "subscribe"
+        ? subscriber.subscribe(...channels)
+        : subscriber.unsubscribe(...channels)
+
     const subscribeChannels = (channels: ReadonlyArray<string>) =>
-      channels.length === 0 ? Effect.void : Effect.tryPromise(() => subscriber.subscribe(...channels)).pipe(
+      channels.length === 0 ? Effect.void : Effect.tryPromise(() => send("subscribe", channels)).pipe(
         Effect.tap(() =>
           Effect.sync(() => {
             for (const channel of channels) live.add(channel)
           })
         ),
         Effect.asVoid,
-        Effect.catchAll((error) => logFailure("SUBSCRIBE", channels)(error.error))
+        Effect.catchAll((error) => logFailure(sharded ? "SSUBSCRIBE" : "SUBSCRIBE", channels)(error.error))
       )
 
     const onMessage = (channel: string) => {
@@ -59,7 +79,17 @@ export const makeSubscriptions = (
           Effect.ensuring(Effect.sync(() => Queue.unsafeOffer(queue, { _tag: "Missed" })))
         )
       )
-    yield* connections.listen(subscriber, { message: onMessage, close: onClose, ready: onReady })
+    // ioredis has subscribed every channel again: they are live, and releases may have been missed.
+    const onShardsRestored = () => {
+      for (const key of wanted) live.add(layout.channelOf(key))
+      Queue.unsafeOffer(queue, { _tag: "Missed" })
+    }
+    yield* connections.listen(
+      subscriber,
+      sharded
+        ? { smessage: onMessage, "-subscriber": onClose, close: onClose, subscribersReady: onShardsRestored }
+        : { message: onMessage, close: onClose, ready: onReady }
+    )
 
     return {
       subscribe: (key) =>
@@ -72,9 +102,9 @@ export const makeSubscriptions = (
           wanted.delete(key)
           const channel = layout.channelOf(key)
           live.delete(channel)
-          return Effect.tryPromise(() => subscriber.unsubscribe(channel)).pipe(
+          return Effect.tryPromise(() => send("unsubscribe", [channel])).pipe(
             Effect.asVoid,
-            Effect.catchAll((error) => logFailure("UNSUBSCRIBE", [channel])(error.error))
+            Effect.catchAll((error) => logFailure(sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", [channel])(error.error))
           )
         }),
       notifications: queue,

@@ -1,0 +1,55 @@
+/**
+ * What `RedisBackend.layerConfig` reads from `Config` (by default the environment): either
+ * `REDIS_CLUSTER_NODES`, a Redis Cluster's startup nodes, or `REDIS_URL`.
+ */
+import { Config, ConfigError, Either, Redacted } from "effect"
+
+export interface NodeAddress {
+  readonly host: string
+  readonly port: number
+}
+
+const parseNode = (entry: string): NodeAddress | undefined => {
+  // host:port, with an IPv6 host in brackets ([::1]:7000).
+  const match = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(entry)
+  if (match === null) return undefined
+  const port = Number(match[3])
+  if (port < 1 || port > 65535) return undefined
+  return { host: match[1] ?? match[2] ?? "", port }
+}
+
+/** `host:port` entries separated by commas (spaces around them allowed); at least one. */
+export const parseNodes = (text: string): Either.Either<ReadonlyArray<NodeAddress>, string> => {
+  const entries = text.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "")
+  if (entries.length === 0) return Either.left("lists no node; expected host:port entries separated by commas")
+  const nodes: Array<NodeAddress> = []
+  for (const entry of entries) {
+    const node = parseNode(entry)
+    if (node === undefined) {
+      return Either.left(`has "${entry}", which is not host:port (e.g. 10.0.0.1:7000 or [::1]:7000)`)
+    }
+    nodes.push(node)
+  }
+  return Either.right(nodes)
+}
+
+/** `REDIS_CLUSTER_NODES`, when set: the cluster's startup nodes. */
+export const clusterNodes = Config.option(
+  Config.string("REDIS_CLUSTER_NODES").pipe(
+    Config.mapOrFail((text) =>
+      Either.mapLeft(
+        parseNodes(text),
+        (reason) => ConfigError.InvalidData(["REDIS_CLUSTER_NODES"], `REDIS_CLUSTER_NODES ${reason}`)
+      )
+    ),
+    Config.withDescription("a Redis Cluster's startup nodes, e.g. 10.0.0.1:7000,10.0.0.2:7000")
+  )
+)
+
+// Read as a string and wrapped at once: `Config.redacted` would also redact the error of a missing
+// variable ("Missing data at REDIS_URL: <redacted>"), which holds no secret and should say what is
+// missing. The value itself is Redacted from here on.
+export const redisUrl = Config.string("REDIS_URL").pipe(
+  Config.map(Redacted.make),
+  Config.withDescription("the Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380")
+)
