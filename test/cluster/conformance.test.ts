@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { runMultiLockConformance } from "../conformance/multiLock.js"
 import { runSemaphoreConformance } from "../conformance/semaphore.js"
 import { runConformance } from "../conformance/suite.js"
 import type { RedisCluster } from "../support/redisCluster.js"
@@ -25,4 +26,5 @@ if (skipCluster()) {
   }))
   runConformance("redis cluster", backend)
   runSemaphoreConformance("redis cluster", backend)
+  runMultiLockConformance("redis cluster", backend)
 }

@@ -14,13 +14,13 @@ import type { Scope } from "effect"
 import { Effect, ExecutionStrategy, Exit, Option } from "effect"
 import * as Scope_ from "effect/Scope"
 import type { Lease } from "../../Lock.js"
-import type { LockBackend } from "../../LockBackend.js"
+import { LockBackend } from "../../LockBackend.js"
 import type { LockBackendError, LockLostError } from "../../LockError.js"
 import { LockOptionsError } from "../../LockError.js"
 import type { Attempt } from "../lock/enter.js"
 import { enterScoped, runLocked } from "../lock/enter.js"
 import type { ResolvedOptions } from "../lock/options.js"
-import { validateKey } from "../lock/options.js"
+import { validateKeyFor } from "../lock/options.js"
 import { nowMillis } from "../time.js"
 
 /** The leases of a multi-lock, one per key, in the order the keys were taken (sorted). */
@@ -42,14 +42,15 @@ export type MultiProgram<A, E, R> = Effect.Effect<A, E, R> | ((lease: MultiLease
 export const MAX_KEYS = 1000
 
 /** The keys in the global order: validated, sorted by UTF-16 code units, duplicates dropped. */
-export const orderKeys = (keys: unknown): Effect.Effect<ReadonlyArray<string>, LockOptionsError> =>
+export const orderKeys = (keys: unknown): Effect.Effect<ReadonlyArray<string>, LockOptionsError, LockBackend> =>
   Effect.gen(function*() {
     if (!Array.isArray(keys)) {
       return yield* new LockOptionsError({ field: "keys", reason: `must be an array of keys, got ${typeof keys}` })
     }
     if (keys.length === 0) return yield* new LockOptionsError({ field: "keys", reason: "must not be empty" })
     const valid: Array<string> = []
-    for (const key of keys) valid.push(yield* validateKey(key))
+    const backend = yield* LockBackend
+    for (const key of keys) valid.push(yield* validateKeyFor(backend, key))
     const sorted = Array.from(new Set(valid)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
     if (sorted.length > MAX_KEYS) {
       return yield* new LockOptionsError({
