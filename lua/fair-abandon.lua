@@ -8,8 +8,13 @@
 -- ARGV[1]  the owner id
 -- ARGV[2]  the wait window in milliseconds
 -- ARGV[3]  the message to publish ("0")
+-- ARGV[4]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Returns  1 when the owner was in line, 0 when it was not (nothing changed)
+if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[4]))
+end
 if not string.match(ARGV[2], '^[1-9][0-9]*$') then
   return redis.error_reply('ERR effect-lock: the wait window must be a positive whole number of milliseconds, got ' .. ARGV[2])
 end
@@ -30,7 +35,7 @@ redis.call('lrem', KEYS[2], 0, ARGV[1])
 if found and wasFirst and redis.call('exists', KEYS[1]) == 0 then
   local next = redis.call('lindex', KEYS[2], 0)
   if next ~= false then
-    redis.call('publish', KEYS[4] .. ':' .. next, ARGV[3])
+    redis.call(ARGV[4], KEYS[4] .. ':' .. next, ARGV[3])
   end
 end
 if found then return 1 end

@@ -9,6 +9,8 @@
 -- ARGV[1]  the owner id
 -- ARGV[2]  the message to publish ("0", Redisson's UNLOCK_MESSAGE)
 -- ARGV[3]  the wait window in milliseconds
+-- ARGV[4]  the publish command: "publish", or "spublish" on a Redis Cluster (Redisson's
+--          getPublishCommand()); anything else is an error before any write
 --
 -- Returns   1  released: the hold count reached 0, the lock was deleted and the first in line told
 --           0  the owner still holds it (its count was above 1 and was decremented)
@@ -16,6 +18,9 @@
 --
 -- Beyond Redisson: the first in line gets one window from now to take the lock (its deadline is
 -- lowered to now + window), so a waiter that died is passed over one window after the release.
+if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
+  return redis.error_reply('ERR effect-lock: the publish command must be publish or spublish, got ' .. tostring(ARGV[4]))
+end
 if not string.match(ARGV[3], '^[1-9][0-9]*$') then
   return redis.error_reply('ERR effect-lock: the wait window must be a positive whole number of milliseconds, got ' .. ARGV[3])
 end
@@ -46,6 +51,6 @@ if next ~= false then
   if timeout == false or tonumber(timeout) > now + tonumber(ARGV[3]) then
     redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), next)
   end
-  redis.call('publish', KEYS[4] .. ':' .. next, ARGV[2])
+  redis.call(ARGV[4], KEYS[4] .. ':' .. next, ARGV[2])
 end
 return 1

@@ -4,6 +4,7 @@
  */
 import { afterAll, beforeAll, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { runFairConformance } from "../conformance/fair.js"
 import { runMultiLockConformance } from "../conformance/multiLock.js"
 import { runSemaphoreConformance } from "../conformance/semaphore.js"
 import { runConformance } from "../conformance/suite.js"
@@ -27,4 +28,5 @@ if (skipCluster()) {
   runConformance("redis cluster", backend)
   runSemaphoreConformance("redis cluster", backend)
   runMultiLockConformance("redis cluster", backend)
+  runFairConformance("redis cluster", backend)
 }

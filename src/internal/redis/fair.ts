@@ -7,7 +7,7 @@
  * it at once) covers a release in between.
  */
 import { Effect, Option } from "effect"
-import type { AcquireResult } from "../../LockBackend.js"
+import type { AcquireResult, LockRequest } from "../../LockBackend.js"
 import type { KindPrimitives } from "../../LockKinds.js"
 import type { Commands } from "./commands.js"
 import type { Connections } from "./connection.js"
@@ -15,6 +15,8 @@ import { backendName } from "./errors.js"
 import * as fairScripts from "./fairScripts.js"
 import type { KeyLayout } from "./keys.js"
 import * as lockScripts from "./lockScripts.js"
+import { renewBySlot } from "./renewBySlot.js"
+import { hashSlot } from "./slot.js"
 import { makeSubscriptions } from "./subscriptions.js"
 
 export const makeRedisFair = (
@@ -26,7 +28,8 @@ export const makeRedisFair = (
 ) =>
   Effect.gen(function*() {
     const { call, callTaking } = commands
-    const keysOf = (key: string) => fairScripts.fairKeysOf(prefix, key)
+    const publish = layout.pubsub === "sharded" ? "spublish" : "publish"
+    const keysOf = (key: string) => fairScripts.fairKeysOf(prefix, key, publish)
     // Subscriptions by owner channel; each channel's messages are notifications for its lock name.
     const channelKeys = new Map<string, string>()
     const byKey = new Map<string, Set<string>>()
@@ -83,14 +86,16 @@ export const makeRedisFair = (
           // in between the attempt and the subscription).
           return Effect.as(listen(request.key, request.owner), { _tag: "Busy", ttlMillis: 0 })
         })),
-      renew: (requests) =>
-        requests.length === 0 ? Effect.succeed([]) : call(
-          "renew",
-          requests[0]?.key ?? "",
-          lockScripts.renew,
-          requests.map((r) => layout.keysOf(r.key).lock),
-          requests
-        ),
+      renew: (requests) => {
+        const renewOnce = (batch: ReadonlyArray<LockRequest>) =>
+          call("renew", batch[0]?.key ?? "", lockScripts.renew, batch.map((r) => layout.keysOf(r.key).lock), batch)
+        return requests.length === 0
+          ? Effect.succeed([])
+          : layout.pubsub === "sharded"
+          // A script's keys share one slot on a cluster: one call per slot.
+          ? renewBySlot(requests, (r) => hashSlot(layout.keysOf(r.key).lock), renewOnce)
+          : renewOnce(requests)
+      },
       release: (key, owner) => call("release", key, fairScripts.release, keysOf(key), owner, windowMillis),
       abandon: (request) =>
         Effect.suspend(() => {

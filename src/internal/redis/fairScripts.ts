@@ -4,6 +4,7 @@
  * lock's (`lockScripts.ts`): a fair lock is a plain lock with a line in front of it.
  */
 import type { AcquireResult, LockRequest, ReleaseResult } from "../../LockBackend.js"
+import type { PublishCommand } from "./keys.js"
 import { prefixName, unlockMessage } from "./keys.js"
 import type { Script } from "./scripts.js"
 import { defineScript } from "./scripts.js"
@@ -19,16 +20,19 @@ export interface FairKeys {
   readonly channel: string
   /** `redisson_lock_token:{<name>}`: the fencing counter, shared with the plain lock. */
   readonly token: string
+  /** The command the scripts publish with: `spublish` on a Redis Cluster. */
+  readonly publish: PublishCommand
 }
 
-export const fairKeysOf = (prefix: string, key: string): FairKeys => {
+export const fairKeysOf = (prefix: string, key: string, publish: PublishCommand = "publish"): FairKeys => {
   const lock = prefix + key
   return {
     lock,
     queue: prefixName("redisson_lock_queue", lock),
     timeouts: prefixName("redisson_lock_timeout", lock),
     channel: prefixName("redisson_lock__channel", lock),
-    token: prefixName("redisson_lock_token", lock)
+    token: prefixName("redisson_lock_token", lock),
+    publish
   }
 }
 
@@ -66,7 +70,12 @@ const notHeld: ReleaseResult = { _tag: "NotHeld" }
 export const release = defineScript({
   name: "fair-release",
   encode: (keys: FairKeys, owner: string, windowMillis: number) =>
-    [[keys.lock, keys.queue, keys.timeouts, keys.channel], [owner, unlockMessage, String(windowMillis)]] as const,
+    [[keys.lock, keys.queue, keys.timeouts, keys.channel], [
+      owner,
+      unlockMessage,
+      String(windowMillis),
+      keys.publish
+    ]] as const,
   decode: (reply): ReleaseResult | undefined =>
     reply === 1 ? released : reply === 0 ? stillHeld : reply === -1 ? notHeld : undefined
 })
@@ -74,7 +83,12 @@ export const release = defineScript({
 export const abandon = defineScript({
   name: "fair-abandon",
   encode: (keys: FairKeys, owner: string, windowMillis: number) =>
-    [[keys.lock, keys.queue, keys.timeouts, keys.channel], [owner, String(windowMillis), unlockMessage]] as const,
+    [[keys.lock, keys.queue, keys.timeouts, keys.channel], [
+      owner,
+      String(windowMillis),
+      unlockMessage,
+      keys.publish
+    ]] as const,
   decode: (reply): boolean | undefined => reply === 1 ? true : reply === 0 ? false : undefined
 })
 
