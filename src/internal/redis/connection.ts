@@ -98,16 +98,12 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
     // find a listener) and are removed from an external client when the scope closes.
     const watch = (redis: Client, connection: ConnectionName) => {
       const annotate = Effect.annotateLogs({ backend: backendName, connection })
-      const nodeOptions = isCluster(redis) ? (redis.options.redisOptions ?? {}) : redis.options
-      const firstNode = isCluster(redis) ? redis.startupNodes[0] : undefined
+      // A cluster client's errors name the node in their message; the endpoint says "cluster".
+      const tlsOption = isCluster(redis) ? redis.options.redisOptions?.tls : redis.options.tls
       const endpoint = {
-        host: typeof firstNode === "object" && firstNode !== null && "host" in firstNode
-          ? String(firstNode.host)
-          : nodeOptions.path ?? nodeOptions.host ?? "localhost",
-        port: typeof firstNode === "object" && firstNode !== null && "port" in firstNode
-          ? Number(firstNode.port)
-          : nodeOptions.port ?? 6379,
-        tls: nodeOptions.tls !== undefined && nodeOptions.tls !== null && (nodeOptions.tls as unknown) !== false
+        host: isCluster(redis) ? "cluster" : redis.options.path ?? redis.options.host ?? "localhost",
+        port: isCluster(redis) ? 0 : redis.options.port ?? 6379,
+        tls: tlsOption !== undefined && tlsOption !== null && (tlsOption as unknown) !== false
       }
       let neverReady = redis.status !== "ready"
       const onError = (raw: Error) => {
