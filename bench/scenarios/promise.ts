@@ -108,7 +108,7 @@ export const promiseCallers: ReadonlyArray<readonly [string, (url: string, key: 
       name: "ioredis pair (floor)",
       once: async () => {
         await redis.evalsha(acquire.sha, 2, key, token, "30000", "floor-owner", "1")
-        await redis.evalsha(release.sha, 2, key, channel, "floor-owner", "0")
+        await redis.evalsha(release.sha, 2, key, channel, "floor-owner", "0", "publish")
       },
       close: async () => void (await redis.quit())
     }

@@ -123,7 +123,7 @@ const floorClient = (ctx: BenchContext, client: FloorClient) =>
       const pair = (key: string) =>
         Effect.promise(async () => {
           await redis.evalsha(acquire.sha, 2, key, `redisson_lock_token:{${key}}`, "30000", "floor-owner", "1")
-          await redis.evalsha(release.sha, 2, key, `redisson_lock__channel:{${key}}`, "floor-owner", "0")
+          await redis.evalsha(release.sha, 2, key, `redisson_lock__channel:{${key}}`, "floor-owner", "0", "publish")
         })
       return { redis, pair }
     }),
