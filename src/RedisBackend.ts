@@ -14,7 +14,7 @@
  * @since 0.1.0
  */
 import type { Redacted, Scope } from "effect"
-import { Duration, Effect, Layer, Option } from "effect"
+import { Config, Duration, Effect, Layer, Option } from "effect"
 import type { ConfigError } from "effect/ConfigError"
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from "ioredis"
 import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
@@ -60,6 +60,12 @@ export interface RedisBackendOptions {
    * ones its failure behaviour depends on: `enableOfflineQueue: false`,
    * `autoResendUnfulfilledCommands: false`, `maxRetriesPerRequest: 0`, `commandTimeout`,
    * `enableAutoPipelining: false` and `lazyConnect: true`.
+   *
+   * Redis Sentinel is ioredis' own configuration: `{ sentinels: [{ host, port }], name: "mymaster" }`
+   * (with `sentinelPassword`, `sentinelTLS`, `role`, ... as ioredis takes them; a `url` next to it
+   * gives the master's credentials and database, not its address). The backend turns ioredis'
+   * `failoverDetector` on unless it is set: without it, ioredis kept writing to a demoted master
+   * for about 10 s after a failover (docs/sentinel.md).
    */
   readonly redis?: RedisOptions | undefined
   /**
@@ -293,8 +299,23 @@ export interface RedisBackendConfigOptions extends Omit<RedisBackendOptions, "ur
 /**
  * Like `layer`, with the target read from `Config` (by default the environment): a Redis Cluster
  * when `REDIS_CLUSTER_NODES` is set (`host:port` startup nodes separated by commas, e.g.
- * `10.0.0.1:7000,10.0.0.2:7000`; credentials go in `clusterOptions.redisOptions`), otherwise the
- * `REDIS_URL`, read as `Redacted` so that a password in it never reaches a log.
+ * `10.0.0.1:7000,10.0.0.2:7000`; credentials go in `clusterOptions.redisOptions`); else a master
+ * found through Redis Sentinel when `REDIS_SENTINELS` is set (`host:port` sentinels separated by
+ * commas, with `REDIS_SENTINEL_NAME`, the master's name, required then; `REDIS_URL`, optional
+ * then, gives the master's credentials and database; the sentinels' own password goes in
+ * `redis.sentinelPassword`); otherwise the `REDIS_URL`. The URL is read as `Redacted` so that a
+ * password in it never reaches a log.
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { withLock } from "effect-lock"
+ * import { RedisBackend } from "effect-lock/RedisBackend"
+ *
+ * // REDIS_SENTINELS=10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 REDIS_SENTINEL_NAME=mymaster
+ * const program = withLock("orders:42", Effect.log("alone"))
+ * program.pipe(Effect.provide(RedisBackend.layerConfig()))
+ * ```
  *
  * @since 0.1.0
  * @category layers
@@ -302,11 +323,21 @@ export interface RedisBackendConfigOptions extends Omit<RedisBackendOptions, "ur
 export const layerConfig = (
   options: RedisBackendConfigOptions = {}
 ): Layer.Layer<LockBackend, LockBackendError | LockOptionsError | ConfigError> =>
-  Layer.unwrapEffect(Effect.flatMap(config.clusterNodes, (nodes) => {
+  Layer.unwrapEffect(Effect.gen(function*() {
     const { clusterOptions, ...rest } = options
-    return Option.isSome(nodes)
-      ? Effect.succeed(layer({ ...rest, cluster: { nodes: nodes.value, options: clusterOptions } }))
-      : Effect.map(config.redisUrl, (url) => layer({ ...rest, url }))
+    const nodes = yield* config.clusterNodes
+    if (Option.isSome(nodes)) return layer({ ...rest, cluster: { nodes: nodes.value, options: clusterOptions } })
+    const sentinel = yield* config.sentinelTarget
+    if (Option.isSome(sentinel)) {
+      const redis: RedisOptions = {
+        ...rest.redis,
+        sentinels: sentinel.value.sentinels.map(({ host, port }) => ({ host, port })),
+        name: sentinel.value.name
+      }
+      const url = yield* Config.option(config.redisUrl)
+      return layer(Option.isSome(url) ? { ...rest, redis, url: url.value } : { ...rest, redis })
+    }
+    return layer({ ...rest, url: yield* config.redisUrl })
   }))
 
 /**

@@ -13,6 +13,21 @@ export interface ClusterConfig {
 /** Whether `client` is an ioredis `Cluster` (ioredis marks both kinds with `isCluster`). */
 export const isCluster = (client: Redis | Cluster): client is Cluster => client.isCluster
 
+/**
+ * The user's options with ioredis' `failoverDetector` on when they name sentinels and do not set
+ * it. The detector subscribes to the sentinels' `+switch-master` and reconnects to the new master
+ * at once; without it, ioredis kept writing to the demoted master for about 10 s after a
+ * `SENTINEL FAILOVER` here (issue #13), and those acknowledged writes were lost.
+ */
+export const withSentinelDefaults = (redis: RedisOptions | undefined): RedisOptions | undefined =>
+  redis?.sentinels === undefined || redis.sentinels === null || redis.failoverDetector !== undefined
+    ? redis
+    : { ...redis, failoverDetector: true }
+
+/** Whether ioredis `options` reach the master through Sentinel. */
+export const isSentinel = (options: RedisOptions | undefined): boolean =>
+  Array.isArray(options?.sentinels) && options.sentinels.length > 0
+
 export const ownOptions = (commandTimeout: number): RedisOptions => ({
   lazyConnect: true,
   // Off: with auto-pipelining every call waits for the next tick and goes out as a pipeline of its

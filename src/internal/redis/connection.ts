@@ -22,8 +22,10 @@ import {
   clusterCommandOptions,
   clusterSubscriberOptions,
   isCluster,
+  isSentinel,
   ownOptions,
-  subscriberOptions
+  subscriberOptions,
+  withSentinelDefaults
 } from "./clientOptions.js"
 import { backendName, describeConnectionError, redisError } from "./errors.js"
 import { makeWriteBatcher } from "./writeBatch.js"
@@ -101,8 +103,12 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       // A cluster client's errors name the node in their message; the endpoint says "cluster".
       const tlsOption = isCluster(redis) ? redis.options.redisOptions?.tls : redis.options.tls
       const endpoint = {
-        host: isCluster(redis) ? "cluster" : redis.options.path ?? redis.options.host ?? "localhost",
-        port: isCluster(redis) ? 0 : redis.options.port ?? 6379,
+        host: isCluster(redis)
+          ? "cluster"
+          : isSentinel(redis.options)
+          ? `sentinel master ${redis.options.name ?? "mymaster"}`
+          : redis.options.path ?? redis.options.host ?? "localhost",
+        port: isCluster(redis) || isSentinel(redis.options) ? 0 : redis.options.port ?? 6379,
         tls: tlsOption !== undefined && tlsOption !== null && (tlsOption as unknown) !== false
       }
       let neverReady = redis.status !== "ready"
@@ -173,7 +179,7 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
           : Redacted.value(options.url)
         const commandOptions: RedisOptions = {
           connectionName: "effect-lock",
-          ...options.redis,
+          ...withSentinelDefaults(options.redis),
           ...ownOptions(commandTimeout)
         }
         command = yield* openOwned(

@@ -81,7 +81,7 @@ const codeOf = (error: Error): string => {
  */
 export const describeConnectionError = (error: Error, endpoint: Endpoint, neverReady: boolean): Error => {
   const code = codeOf(error)
-  const server = `${endpoint.host}:${endpoint.port}`
+  const server = endpoint.port === 0 ? endpoint.host : `${endpoint.host}:${endpoint.port}`
   const reason = `${error.message}${code === "" || error.message.includes(code) ? "" : ` (${code})`}`
   let text: string | undefined
   if (/CERTIFICATE_REQUIRED/.test(code)) {
