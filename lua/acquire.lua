@@ -7,7 +7,9 @@
 -- ARGV[3]  "1" to draw a fencing token on a fresh acquisition, "0" not to
 --
 -- Errors   a lease that is not a whole number of milliseconds in [1, 2^31 - 1]; a key that holds
---          data of another type (WRONGTYPE, naming the key and its type). Neither writes anything.
+--          data of another type (WRONGTYPE, naming the key and its type); a read-write lock (a hash
+--          with a "mode" field: Redisson's read-write lock and its plain lock do not exclude each
+--          other, so one name must keep one kind). None writes anything.
 --
 -- Returns  {1, token}  acquired; token is the counter as a decimal string (GET, not the Lua
 --                      number INCR returns, so that 64-bit values survive), "0" without fencing
@@ -36,6 +38,9 @@ if type(held) == 'table' and held.err then
   -- The name is taken by data of another type: lock names share Redis' key space with everything.
   return redis.error_reply('WRONGTYPE effect-lock: "' .. KEYS[1] .. '" holds a ' .. redis.call('type', KEYS[1]).ok ..
     ', not a lock: lock names share the key space with data (give the backend a prefix)')
+end
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+  return redis.error_reply('WRONGTYPE effect-lock: "' .. KEYS[1] .. '" is a read-write lock, not a lock: one name must keep one lock kind')
 end
 if held == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)

@@ -29,6 +29,8 @@ import * as fairScripts from "./internal/redis/fairScripts.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { verifyPermissions } from "./internal/redis/permissions.js"
+import { makeRedisReadWrite } from "./internal/redis/readWrite.js"
+import * as readWriteScripts from "./internal/redis/readWriteScripts.js"
 import { renewBySlot } from "./internal/redis/renewBySlot.js"
 import { loadScripts } from "./internal/redis/scripts.js"
 import { makeRedisSemaphores } from "./internal/redis/semaphore.js"
@@ -152,7 +154,7 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
     })
     const layout = makeKeyLayout(options.prefix ?? "", connections.mode === "cluster" ? "sharded" : "plain")
     const command = connections.command
-    const allScripts = [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all]
+    const allScripts = [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all, ...readWriteScripts.all]
     yield* Effect.tryPromise({
       // On a cluster every master gets the scripts (a replica promoted later answers NOSCRIPT once,
       // and the script is sent in full).
@@ -237,7 +239,8 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       notifications: subscriptions.notifications,
       semaphore: makeRedisSemaphores(commands, layout),
       kinds: {
-        fair: yield* makeRedisFair(connections, commands, layout, options.prefix ?? "", FAIR_WAIT_WINDOW_MILLIS)
+        fair: yield* makeRedisFair(connections, commands, layout, options.prefix ?? "", FAIR_WAIT_WINDOW_MILLIS),
+        ...(yield* makeRedisReadWrite(connections, commands, layout, options.prefix ?? "", FAIR_WAIT_WINDOW_MILLIS))
       }
     }
     return primitives

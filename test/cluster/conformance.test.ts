@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { runFairConformance } from "../conformance/fair.js"
 import { runMultiLockConformance } from "../conformance/multiLock.js"
+import { runReadWriteConformance } from "../conformance/readWrite.js"
 import { runSemaphoreConformance } from "../conformance/semaphore.js"
 import { runConformance } from "../conformance/suite.js"
 import type { RedisCluster } from "../support/redisCluster.js"
@@ -29,4 +30,5 @@ if (skipCluster()) {
   runSemaphoreConformance("redis cluster", backend)
   runMultiLockConformance("redis cluster", backend)
   runFairConformance("redis cluster", backend)
+  runReadWriteConformance("redis cluster", backend)
 }

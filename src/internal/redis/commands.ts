@@ -32,6 +32,24 @@ export interface Commands {
     script: Script<I, A>,
     ...input: I
   ) => Effect.Effect<A, LockBackendError>
+  /**
+   * `callTaking` for a kind whose hold is not the plain lock's: `undo` is the owner-checked
+   * release script (and its input) that cancels the call's hold when its reply is lost.
+   */
+  readonly callTakingWith: <J extends ReadonlyArray<unknown>, I extends ReadonlyArray<unknown>, A>(
+    undo: Undo<J>,
+    operation: BackendOperation,
+    request: LockRequest,
+    took: (result: A) => boolean,
+    script: Script<I, A>,
+    ...input: I
+  ) => Effect.Effect<A, LockBackendError>
+}
+
+/** A release script and its input; its reply is -1 when there was nothing to release. */
+export interface Undo<J extends ReadonlyArray<unknown>> {
+  readonly script: Script<J, unknown>
+  readonly input: J
 }
 
 export const makeCommands = (connections: Connections, layout: KeyLayout): Commands => {
@@ -72,8 +90,17 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
   // handler, before any waiting call resumes). The acquire is never resent, so it ran before the
   // drop or not at all, and no other command of this backend gets in between. The release
   // decrements, so it can only ever cancel that one acquire, never a hold the owner takes later.
-  const compensate = (request: LockRequest, why: string) => {
+  const compensate = <J extends ReadonlyArray<unknown>>(
+    request: LockRequest,
+    why: string,
+    undo: Undo<J> | undefined
+  ) => {
     const annotate = Effect.annotateLogs({ backend: backendName, key: request.key, owner: request.owner, why })
+    const released = (reply: unknown) => {
+      if (reply !== -1) {
+        runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
+      }
+    }
     const noReply = (error: unknown) =>
       runFork(annotate(
         Effect.logWarning(
@@ -83,16 +110,15 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
       ))
     connections.whenConnected(
       () =>
-        send(scripts.release, [layout.keysOf(request.key), request.owner], (reply) => {
-          if (reply !== -1) {
-            runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
-          }
-        }, noReply),
+        undo === undefined
+          ? send(scripts.release, [layout.keysOf(request.key), request.owner], released, noReply)
+          : send(undo.script, undo.input, released, noReply),
       () => noReply(new Error("the connection is closed"))
     )
   }
 
-  const callTaking = <I extends ReadonlyArray<unknown>, A>(
+  const callTakingWith = <J extends ReadonlyArray<unknown>, I extends ReadonlyArray<unknown>, A>(
+    undo: Undo<J> | undefined,
     operation: BackendOperation,
     request: LockRequest,
     took: (result: A) => boolean,
@@ -113,11 +139,11 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
                 : Effect.succeed(result)
             )
           } else if (result !== undefined && took(result)) {
-            compensate(request, "caller interrupted")
+            compensate(request, "caller interrupted", undo)
           }
         }, (cause) => {
           settled = true
-          if (!certainlyNotRun(cause)) compensate(request, messageOf(cause))
+          if (!certainlyNotRun(cause)) compensate(request, messageOf(cause), undo)
           if (!abandoned) resume(Effect.fail(redisError(operation, request.key, cause)))
         })
         // Interrupted while the script is in flight: whatever it turns out to have done must not
@@ -130,5 +156,10 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
       request.key
     )
 
-  return { call, callTaking }
+  return {
+    call,
+    callTaking: (operation, request, took, script, ...input) =>
+      callTakingWith(undefined, operation, request, took, script, ...input),
+    callTakingWith
+  }
 }
