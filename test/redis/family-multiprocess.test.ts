@@ -5,7 +5,10 @@
  *   ever see above 3;
  * - transfers between random pairs of 20 accounts under `MultiLock` (the pair passed in a random
  *   order), each a read-sleep-write of both balances: the total is conserved, and every process
- *   finishes (no deadlock).
+ *   finishes (no deadlock);
+ * - readers and writers of one `ReadWriteLock` name (a quarter of the sections write): no writer
+ *   ever with another writer or a reader inside, readers really share, no lost update;
+ * - one `FairLock` name: never two inside, no lost update, every process finishes.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -25,6 +28,7 @@ interface Report {
   readonly violations: number
   readonly maxInUse: number
   readonly done: number
+  readonly writes: number
 }
 
 interface Worker {
@@ -110,6 +114,40 @@ describe.skipIf(skipRedis())("the lock family across processes", () => {
         for (let i = 0; i < 20; i++) total += Number(yield* cmd<string>(redis, "GET", `mp:account:${i}`))
         assert.strictEqual(total, 20 * 1000, "no lost update: the total is conserved")
         for (let i = 0; i < 20; i++) assert.strictEqual(yield* cmd(redis, "EXISTS", `mp:lock:account:${i}`), 0)
+      }),
+    240_000
+  )
+
+  it.scopedLive(
+    `ReadWriteLock: ${processes} processes × ${fibers} fibers read and write one name, never a writer with anyone`,
+    () =>
+      Effect.gen(function*() {
+        const server = yield* redisServer()
+        const redis = yield* admin(server.url)
+        const reports = yield* runAll([server.url, "rw", String(iterations), String(fibers), "25"])
+        const writes = reports.reduce((n, r) => n + r.writes, 0)
+        assert.strictEqual(reports.reduce((n, r) => n + r.violations, 0), 0, "no writer with anyone else inside")
+        assert.strictEqual(reports.reduce((n, r) => n + r.done, 0), processes * iterations)
+        assert.isAbove(writes, 0)
+        assert.isAbove(Math.max(...reports.map((r) => r.maxInUse)), 1, "readers really shared")
+        assert.strictEqual(Number(yield* cmd<string>(redis, "GET", "mp:counter")), writes, "no lost update")
+        assert.strictEqual(yield* cmd(redis, "EXISTS", "mp:rw"), 0)
+        assert.deepStrictEqual(yield* cmd(redis, "KEYS", "{mp:rw}:*"), [], "no timeout key or writer mark left")
+      }),
+    240_000
+  )
+
+  it.scopedLive(
+    `FairLock: ${processes} processes × ${fibers} fibers on one name, never two inside`,
+    () =>
+      Effect.gen(function*() {
+        const server = yield* redisServer()
+        const redis = yield* admin(server.url)
+        const reports = yield* runAll([server.url, "fair", String(iterations), String(fibers), "0"])
+        assert.strictEqual(reports.reduce((n, r) => n + r.violations, 0), 0, "never two inside")
+        assert.strictEqual(reports.reduce((n, r) => n + r.done, 0), processes * iterations)
+        assert.strictEqual(Number(yield* cmd<string>(redis, "GET", "mp:counter")), processes * iterations)
+        assert.strictEqual(yield* cmd(redis, "EXISTS", "mp:fair"), 0)
       }),
     240_000
   )

@@ -3,6 +3,8 @@
  *
  *   node --import tsx test/redis/family-worker.ts <redis url> semaphore <iterations> <fibers> <permits>
  *   node --import tsx test/redis/family-worker.ts <redis url> transfer <iterations> <fibers> <accounts>
+ *   node --import tsx test/redis/family-worker.ts <redis url> rw <iterations> <fibers> <writer share in %>
+ *   node --import tsx test/redis/family-worker.ts <redis url> fair <iterations> <fibers> 0
  *
  * Prints "ready", waits for "go" on stdin, then runs `iterations` critical sections in all, from
  * `fibers` concurrent fibers, and prints one JSON line with what it saw.
@@ -13,15 +15,22 @@
  * - transfer: `MultiLock.withLocks` over two random accounts of `accounts` (`mp:account:<i>`, in a
  *   random order; the locks are `mp:lock:account:<i>`); inside, a read-sleep-write of both balances. The test checks that the total is
  *   conserved.
+ * - rw: `ReadWriteLock` on "mp:rw": a section is a write with the given probability, else a read.
+ *   Readers INCR/DECR `mp:readers` around their sleep and count a violation when `mp:writers` is
+ *   above 0; writers INCR/DECR `mp:writers`, count a violation when they see another writer or any
+ *   reader, and do a read-sleep-write of `mp:counter` (a lost update shows in the total).
+ * - fair: `FairLock.withLock("mp:fair", ...)`: INCR/DECR `mp:inside` (a violation above 1) around a
+ *   read-sleep-write of `mp:counter`.
  */
 import { Effect } from "effect"
 import { Redis } from "ioredis"
-import { MultiLock, Semaphore } from "../../src/index.js"
+import { FairLock, MultiLock, ReadWriteLock, Semaphore } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 
 const [url, mode, iterations, fibers, size] = process.argv.slice(2)
-if (url === undefined || (mode !== "semaphore" && mode !== "transfer") || size === undefined) {
-  console.error("usage: family-worker.ts <redis url> semaphore|transfer <iterations> <fibers> <permits|accounts>")
+const modes = ["semaphore", "transfer", "rw", "fair"]
+if (url === undefined || mode === undefined || !modes.includes(mode) || size === undefined) {
+  console.error("usage: family-worker.ts <redis url> semaphore|transfer|rw|fair <iterations> <fibers> <size>")
   process.exit(2)
 }
 
@@ -82,14 +91,67 @@ const program = Effect.gen(function*() {
       { lease: "5 seconds" }
     )
   })
-  const section = mode === "semaphore" ? semaphoreSection : transferSection
+  let writes = 0
+  const increment = Effect.gen(function*() {
+    const value = Number(yield* redis(() => data.get("mp:counter")))
+    yield* Effect.sleep(1 + random(2))
+    yield* redis(() => data.set("mp:counter", String(value + 1)))
+    writes++
+  })
+  const rwSection = Effect.suspend(() =>
+    random(100) < Number(size)
+      ? ReadWriteLock.withWriteLock(
+        "mp:rw",
+        Effect.gen(function*() {
+          const writers = yield* redis(() => data.incr("mp:writers"))
+          const readers = Number(yield* redis(() => data.get("mp:readers")))
+          if (writers !== 1 || readers !== 0) violations++
+          yield* increment
+          yield* redis(() => data.decr("mp:writers"))
+          done++
+        }),
+        { lease: "5 seconds" }
+      )
+      : ReadWriteLock.withReadLock(
+        "mp:rw",
+        Effect.gen(function*() {
+          const readers = yield* redis(() => data.incr("mp:readers"))
+          maxInUse = Math.max(maxInUse, readers)
+          if (Number(yield* redis(() => data.get("mp:writers"))) !== 0) violations++
+          yield* Effect.sleep(1 + random(3))
+          if (Number(yield* redis(() => data.get("mp:writers"))) !== 0) violations++
+          yield* redis(() => data.decr("mp:readers"))
+          done++
+        }),
+        { lease: "5 seconds" }
+      )
+  )
+  const fairSection = FairLock.withLock(
+    "mp:fair",
+    Effect.gen(function*() {
+      const inside = yield* redis(() => data.incr("mp:inside"))
+      maxInUse = Math.max(maxInUse, inside)
+      if (inside !== 1) violations++
+      yield* increment
+      yield* redis(() => data.decr("mp:inside"))
+      done++
+    }),
+    { lease: "5 seconds" }
+  )
+  const section = mode === "semaphore"
+    ? semaphoreSection
+    : mode === "transfer"
+    ? transferSection
+    : mode === "rw"
+    ? rwSection
+    : fairSection
   const perFiber = Math.ceil(Number(iterations) / Number(fibers))
   yield* Effect.forEach(
     Array.from({ length: Number(fibers) }, (_, f) => Math.min(perFiber, Number(iterations) - f * perFiber)),
     (count) => Effect.repeatN(section, count - 1),
     { concurrency: "unbounded", discard: true }
   )
-  process.stdout.write(JSON.stringify({ violations, maxInUse, done }) + "\n")
+  process.stdout.write(JSON.stringify({ violations, maxInUse, done, writes }) + "\n")
 }).pipe(Effect.scoped, Effect.provide(RedisBackend.layer({ url })))
 
 Effect.runPromise(program).then(
