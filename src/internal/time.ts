@@ -10,6 +10,9 @@ export const nowMillis: Effect.Effect<number> = Effect.map(
   (nanos) => Number(nanos / 1000n) / 1000
 )
 
+/** `nowMillis` read off `clock` synchronously. */
+export const unsafeNowMillis = (clock: Clock.Clock): number => Number(clock.unsafeCurrentTimeNanos() / 1000n) / 1000
+
 /**
  * Whole milliseconds to sleep, rounded up: a sleep never ends before its target, and `TestClock`
  * (whose nanosecond reading requires whole milliseconds) only ever advances to whole milliseconds.
@@ -17,7 +20,7 @@ export const nowMillis: Effect.Effect<number> = Effect.map(
 export const wholeMillis = (millis: number): number => Math.max(0, Math.ceil(millis))
 
 /** The longest timer JavaScript runs; Effect's live clock treats a longer sleep as endless. */
-const MAX_TIMER_MILLIS = 2 ** 31 - 1
+export const MAX_TIMER_MILLIS = 2 ** 31 - 1
 
 /**
  * Sleep `millis` (rounded up to whole milliseconds) on `Clock`, in steps no timer refuses, so that a

@@ -10,16 +10,20 @@
  * awaits it (`renewAt`); a hold whose watchdog has not started yet is handed it by `schedule`'s
  * `deliver`, which starts the watchdog with it (see `lock/watchdog.ts`).
  *
- * Timers never outlive the holds: when the backend's last hold ends, the bucket timers are stopped
- * on the next turn of the event loop unless a hold has started again by then, so a process whose
- * locks are all released has nothing left that keeps Node running.
+ * Timers never keep Node running without a hold. On Effect's own clock a bucket's timer is a Node
+ * timer (the same `setTimeout` that clock's sleep uses), made a fiber only when it fires with members
+ * in it; while the backend watches no hold, those timers are unref'd, so a process whose locks are
+ * all released can exit, and a loop that takes one lock after another keeps its bucket instead of
+ * starting a fiber and a timer per lock (which cost a serial loop a third of its CPU). On any other
+ * clock (`TestClock`) a bucket is a fiber sleeping on that clock, stopped on the next turn of the
+ * event loop once the last hold ends unless a hold has started again by then.
  */
 import type { Fiber, MetricLabel, Scope, Tracer } from "effect"
-import { Cause, Deferred, Effect, Exit, FiberId, FiberSet, Option } from "effect"
+import { Cause, Clock, Deferred, Effect, Exit, FiberId, FiberSet, Option } from "effect"
 import type { LockPrimitives, LockRequest, RenewOutcome } from "../../LockBackend.js"
 import { LockBackendError } from "../../LockError.js"
 import * as metrics from "../metrics.js"
-import { nowMillis, sleepMillis, wholeMillis } from "../time.js"
+import { MAX_TIMER_MILLIS, nowMillis, sleepMillis, unsafeNowMillis, wholeMillis } from "../time.js"
 import * as timers from "../timers.js"
 import { isTracing } from "../tracing.js"
 
@@ -66,8 +70,15 @@ export const MAX_RENEW_BATCH = 100
 
 interface Bucket {
   readonly members: Set<Member>
+  /** On another clock, or for an instant beyond what a Node timer can wait: the fiber that sleeps. */
   fiber: Fiber.RuntimeFiber<void> | undefined
+  /** On Effect's own clock: the Node timer, until it fires. */
+  timer: ReturnType<typeof setTimeout> | undefined
 }
+
+/** Effect's own clock, as `Clock.make()` builds it (not a `TestClock`, not a user's clock). */
+const liveClockPrototype: unknown = Object.getPrototypeOf(Clock.make())
+const isLiveClock = (clock: Clock.Clock): boolean => Object.getPrototypeOf(clock) === liveClockPrototype
 
 const notSent: Renewal = { _tag: "Overdue", attempted: false }
 const unanswered: Renewal = { _tag: "Overdue", attempted: true }
@@ -79,9 +90,17 @@ export const makeRenewals = (
   Effect.gen(function*() {
     // The bucket timers run in the backend's scope (and are interrupted when it closes).
     const runFork = yield* FiberSet.makeRuntime<never, void, never>()
+    const clock = yield* Effect.clock
+    const live = isLiveClock(clock)
     const buckets = new Map<number, Bucket>()
     let watched = 0
     let idleCheck = false
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        for (const bucket of buckets.values()) if (bucket.timer !== undefined) clearTimeout(bucket.timer)
+        buckets.clear()
+      })
+    )
 
     const failure = (request: LockRequest, cause: unknown) =>
       new LockBackendError({ backend: primitives.name, operation: "renew", key: request.key, cause })
@@ -148,42 +167,64 @@ export const makeRenewals = (
         })
       })
 
+    /** Send the renewals of a bucket that came due, and deliver the rest their deadline. */
+    const due = (at: number, bucket: Bucket): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (buckets.get(at) === bucket) buckets.delete(at)
+        const renewing: Array<Member & { readonly request: LockRequest }> = []
+        const waiting: Array<Member> = []
+        for (const member of bucket.members) {
+          if (member.request === undefined) waiting.push(member)
+          else renewing.push(member as Member & { readonly request: LockRequest })
+        }
+        const sends: Array<Effect.Effect<void>> = waiting.map((member) => member.deliver(notSent))
+        for (let i = 0; i < renewing.length; i += MAX_RENEW_BATCH) {
+          sends.push(send(renewing.slice(i, i + MAX_RENEW_BATCH)))
+        }
+        return Effect.all(sends, { concurrency: "unbounded", discard: true })
+      })
+
     const fire = (at: number, bucket: Bucket): Effect.Effect<void> =>
-      Effect.zipRight(
-        Effect.flatMap(nowMillis, (now) => sleepMillis(at - now)),
-        Effect.suspend(() => {
-          if (buckets.get(at) === bucket) buckets.delete(at)
-          const renewing: Array<Member & { readonly request: LockRequest }> = []
-          const waiting: Array<Member> = []
-          for (const member of bucket.members) {
-            if (member.request === undefined) waiting.push(member)
-            else renewing.push(member as Member & { readonly request: LockRequest })
-          }
-          const sends: Array<Effect.Effect<void>> = waiting.map((member) => member.deliver(notSent))
-          for (let i = 0; i < renewing.length; i += MAX_RENEW_BATCH) {
-            sends.push(send(renewing.slice(i, i + MAX_RENEW_BATCH)))
-          }
-          return Effect.all(sends, { concurrency: "unbounded", discard: true })
-        })
-      )
+      Effect.zipRight(Effect.flatMap(nowMillis, (now) => sleepMillis(at - now)), due(at, bucket))
+
+    /** A Node timer fired for the bucket of `at`: an empty bucket just goes. */
+    const fired = (at: number, bucket: Bucket) => {
+      bucket.timer = undefined
+      if (bucket.members.size === 0) {
+        if (buckets.get(at) === bucket) buckets.delete(at)
+        return
+      }
+      bucket.fiber = runFork(due(at, bucket))
+    }
 
     // The last hold ended: unless one starts again within this turn of the event loop (a loop that
     // takes one lock after another), stop every timer, so that nothing keeps the process alive.
+    // (A Node timer of Effect's clock was unref'd when the last hold ended, and stays.)
     const stopIdleTimers = () => {
       idleCheck = false
       if (watched > 0) return
-      for (const bucket of buckets.values()) bucket.fiber?.unsafeInterruptAsFork(FiberId.none)
-      buckets.clear()
+      for (const [at, bucket] of buckets) {
+        if (bucket.timer !== undefined) continue
+        bucket.fiber?.unsafeInterruptAsFork(FiberId.none)
+        buckets.delete(at)
+      }
+    }
+
+    const open = (at: number): Bucket => {
+      const bucket: Bucket = { members: new Set(), fiber: undefined, timer: undefined }
+      buckets.set(at, bucket)
+      const delay = wholeMillis(at - unsafeNowMillis(clock))
+      if (live && delay <= MAX_TIMER_MILLIS) {
+        bucket.timer = setTimeout(() => fired(at, bucket), delay)
+        if (watched === 0) bucket.timer.unref()
+      } else {
+        bucket.fiber = runFork(fire(at, bucket))
+      }
+      return bucket
     }
 
     const schedule = (member: Member, at: number): void => {
-      let bucket = buckets.get(at)
-      if (bucket === undefined) {
-        const opened: Bucket = { members: new Set(), fiber: undefined }
-        buckets.set(at, opened)
-        opened.fiber = runFork(fire(at, opened))
-        bucket = opened
-      }
+      const bucket = buckets.get(at) ?? open(at)
       bucket.members.add(member)
     }
 
@@ -213,9 +254,11 @@ export const makeRenewals = (
 
     const track = () => {
       watched++
+      if (watched === 1 && live) { for (const bucket of buckets.values()) bucket.timer?.ref() }
     }
     const untrack = () => {
       watched--
+      if (watched === 0 && live) { for (const bucket of buckets.values()) bucket.timer?.unref() }
       if (watched === 0 && !idleCheck) {
         idleCheck = true
         setImmediate(stopIdleTimers)
