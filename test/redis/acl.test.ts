@@ -10,6 +10,7 @@ import type { Redis } from "ioredis"
 import { readFileSync } from "node:fs"
 import { Lock, LockBackend, LockBackendError } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
+import { runReadWriteConformance } from "../conformance/readWrite.js"
 import { runConformance } from "../conformance/suite.js"
 import type { RedisServer } from "../support/redisServer.js"
 import { redisServer, skipRedis, startRedisServer } from "../support/redisServer.js"
@@ -47,6 +48,10 @@ describe.skipIf(skip)("ACL rule", () => {
       "+type",
       "+incr",
       "+get",
+      "+hget",
+      "+hset",
+      "+hdel",
+      "+set",
       "+publish",
       "+pubsub|numsub",
       "~locks:*",
@@ -54,29 +59,33 @@ describe.skipIf(skip)("ACL rule", () => {
       "~redisson_lock_token:locks:*",
       "~redisson_lock__channel:{locks:*",
       "~redisson_lock__channel:locks:*",
+      "~{locks:*",
+      "~redisson_rwlock:{locks:*",
+      "~redisson_rwlock:locks:*",
       "&redisson_lock__channel:{locks:*",
-      "&redisson_lock__channel:locks:*"
+      "&redisson_lock__channel:locks:*",
+      "&redisson_rwlock:{locks:*",
+      "&redisson_rwlock:locks:*"
     ])
     // docs/redis.md shows this very rule.
     const docs = readFileSync(new URL("../../docs/redis.md", import.meta.url), "utf8")
     const block = /```text\nACL SETUSER effect-lock reset on >a-long-password\n([^`]*)```/.exec(docs)?.[1]
     assert.isDefined(block, "the rule's block in docs/redis.md")
     assert.deepStrictEqual(block?.split(/\s+/).filter((t) => t !== ""), [...rule])
-    assert.deepStrictEqual(RedisBackend.aclRule().slice(-2), ["~*", "&redisson_lock__channel:*"])
+    assert.deepStrictEqual(RedisBackend.aclRule().slice(-3), ["~*", "&redisson_lock__channel:*", "&redisson_rwlock:*"])
     assert.include(RedisBackend.aclRule({ prefix: "a*[b]?:" }), "~a\\*\\[b\\]\\?:*")
   })
 })
 
 if (!skip) {
-  runConformance(
-    "redis as an ACL user with exactly RedisBackend.aclRule",
-    Layer.unwrapScoped(Effect.gen(function*() {
-      const server = yield* redisServer()
-      const redis = yield* admin(server.url)
-      yield* setUser(redis, "effect-lock", rule)
-      return RedisBackend.layer({ url: userUrl(server, "effect-lock"), prefix })
-    }))
-  )
+  const asUser = Layer.unwrapScoped(Effect.gen(function*() {
+    const server = yield* redisServer()
+    const redis = yield* admin(server.url)
+    yield* setUser(redis, "effect-lock", rule)
+    return RedisBackend.layer({ url: userUrl(server, "effect-lock"), prefix })
+  }))
+  runConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
+  runReadWriteConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
 }
 
 describe.skipIf(skip)("ACL: every token of the rule is needed and named when missing", () => {

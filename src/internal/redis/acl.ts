@@ -14,6 +14,7 @@
 import type { BackendOperation } from "../../LockError.js"
 import { makeKeyLayout } from "./keys.js"
 import type { RedisKeys } from "./keys.js"
+import { readWriteKeysOf, timeoutPrefix } from "./readWriteScripts.js"
 import type { Script } from "./scripts.js"
 import { defineScript } from "./scripts.js"
 
@@ -34,7 +35,11 @@ const keyCommands = [
   "+del",
   "+type",
   "+incr",
-  "+get"
+  "+get",
+  "+hget",
+  "+hset",
+  "+hdel",
+  "+set"
 ] as const
 /** What the scripts run on the release channel. */
 const channelCommands = ["+publish", "+pubsub|numsub"] as const
@@ -50,6 +55,12 @@ interface Patterns {
   readonly channelKeyPlain: string
   readonly channelBraced: string
   readonly channelPlain: string
+  /** `{<prefix>...`: a read-write lock's per-reader timeout keys and waiting-writer mark. */
+  readonly suffixed: string
+  readonly rwChannelKeyBraced: string
+  readonly rwChannelKeyPlain: string
+  readonly rwChannelBraced: string
+  readonly rwChannelPlain: string
 }
 
 const patternsOf = (prefix: string): Patterns => {
@@ -61,7 +72,12 @@ const patternsOf = (prefix: string): Patterns => {
     channelKeyBraced: `~redisson_lock__channel:{${p}*`,
     channelKeyPlain: `~redisson_lock__channel:${p}*`,
     channelBraced: `&redisson_lock__channel:{${p}*`,
-    channelPlain: `&redisson_lock__channel:${p}*`
+    channelPlain: `&redisson_lock__channel:${p}*`,
+    suffixed: `~{${p}*`,
+    rwChannelKeyBraced: `~redisson_rwlock:{${p}*`,
+    rwChannelKeyPlain: `~redisson_rwlock:${p}*`,
+    rwChannelBraced: `&redisson_rwlock:{${p}*`,
+    rwChannelPlain: `&redisson_rwlock:${p}*`
   }
 }
 
@@ -73,10 +89,19 @@ export const aclRule = (prefix: string): ReadonlyArray<string> => {
   const patterns = patternsOf(prefix)
   const keyPatterns = prefix === ""
     ? ["~*"]
-    : [patterns.lock, patterns.tokenBraced, patterns.tokenPlain, patterns.channelKeyBraced, patterns.channelKeyPlain]
+    : [
+      patterns.lock,
+      patterns.tokenBraced,
+      patterns.tokenPlain,
+      patterns.channelKeyBraced,
+      patterns.channelKeyPlain,
+      patterns.suffixed,
+      patterns.rwChannelKeyBraced,
+      patterns.rwChannelKeyPlain
+    ]
   const channelPatterns = prefix === ""
-    ? ["&redisson_lock__channel:*"]
-    : [patterns.channelBraced, patterns.channelPlain]
+    ? ["&redisson_lock__channel:*", "&redisson_rwlock:*"]
+    : [patterns.channelBraced, patterns.channelPlain, patterns.rwChannelBraced, patterns.rwChannelPlain]
   return [
     ...connectionCommands,
     ...scriptingCommands,
@@ -91,9 +116,11 @@ export const aclRule = (prefix: string): ReadonlyArray<string> => {
 const operationNeeds: Partial<Record<BackendOperation, string>> = {
   "connect": "+info +client|setname",
   "load-scripts": "+script|load",
-  "acquire": "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get on the lock's keys",
-  "renew": "+evalsha +eval, and +hexists +pexpire +exists on the lock's keys",
-  "release": "+evalsha +eval, +hexists +hincrby +del on the lock's keys and +publish +pubsub|numsub on its channel",
+  "acquire":
+    "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get (a read-write lock: +hget +hset +hdel +hgetall +set) on the lock's keys",
+  "renew": "+evalsha +eval, and +hexists +pexpire +exists (a read-write lock: +hget +hdel +pttl) on the lock's keys",
+  "release":
+    "+evalsha +eval, +hexists +hincrby +del (a read-write lock: +hget +hset +hdel +hgetall +pttl +pexpire) on the lock's keys and +publish +pubsub|numsub on its channel",
   "force-release": "+evalsha +eval, +del on the lock's keys and +publish on its channel",
   "inspect": "+evalsha +eval, and +pttl +hgetall on the lock",
   "subscribe": "+subscribe +unsubscribe on the lock's channel"
@@ -127,6 +154,13 @@ const keyCommand = (command: string, key: string): ReadonlyArray<string> => {
       return ["hincrby", key, "probe", "1"]
     case "+pexpire":
       return ["pexpire", key, "1"]
+    case "+hget":
+    case "+hdel":
+      return [command.slice(1), key, "probe"]
+    case "+hset":
+      return ["hset", key, "probe", "1"]
+    case "+set":
+      return ["set", key, "1", "px", "1"]
     default:
       return [command.slice(1), key]
   }
@@ -154,9 +188,20 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
   const layout = makeKeyLayout(prefix)
   const plainName = "effect-lock:acl-probe"
   const bracedName = "{effect-lock:acl-probe}"
-  const pattern = (braced: boolean, kind: Exclude<keyof RedisKeys, "publish" | "numsub"> | "channelKey"): string => {
-    if (prefix === "") return kind === "channel" ? "&redisson_lock__channel:*" : "~*"
+  const pattern = (
+    braced: boolean,
+    kind: Exclude<keyof RedisKeys, "publish" | "numsub"> | "channelKey" | "suffixed" | "rwChannelKey" | "rwChannel"
+  ): string => {
+    if (prefix === "") {
+      return kind === "channel" ? "&redisson_lock__channel:*" : kind === "rwChannel" ? "&redisson_rwlock:*" : "~*"
+    }
     switch (kind) {
+      case "suffixed":
+        return braced ? patterns.lock : patterns.suffixed
+      case "rwChannelKey":
+        return braced ? patterns.rwChannelKeyPlain : patterns.rwChannelKeyBraced
+      case "rwChannel":
+        return braced ? patterns.rwChannelPlain : patterns.rwChannelBraced
       case "lock":
         return patterns.lock
       case "token":
@@ -177,10 +222,13 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
   for (const name of [plainName, bracedName]) {
     const braced = name === bracedName
     const keys = layout.keysOf(name)
+    const rw = readWriteKeysOf(prefix, name)
     const keyKinds = [
       [keys.lock, pattern(braced, "lock")],
       [keys.token, pattern(braced, "token")],
-      [keys.channel, pattern(braced, "channelKey")]
+      [keys.channel, pattern(braced, "channelKey")],
+      [`${timeoutPrefix(rw, "probe")}:1`, pattern(braced, "suffixed")],
+      [rw.channel, pattern(braced, "rwChannelKey")]
     ] as const
     for (const command of keyCommands) {
       for (const [key, keyPattern] of keyKinds) {
@@ -194,6 +242,9 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
         ? [command, pattern(braced, "channel")]
         : [command]
       questions.push({ command: channelCommand(command, keys.channel), deps })
+      if (command === "+subscribe" || command === "+publish") {
+        questions.push({ command: channelCommand(command, rw.channel), deps: [command, pattern(braced, "rwChannel")] })
+      }
     }
   }
   return questions
