@@ -179,3 +179,30 @@ export class LockUpgradeError extends Schema.TaggedError<LockUpgradeError>()("Lo
       "it would wait for itself; release the read lock first, or take the write lock first (a writer may then read)"
   }
 }
+
+/**
+ * Replica sync (`RedisBackend` option `replicas`): an acquisition that no replica confirmed
+ * within the replica sync timeout. A failover could promote a replica without it and hand the lock
+ * to someone else, so the acquisition was undone (`released`: the release was sent, on the same
+ * connection, right after). It is the `cause` of the `LockBackendError` (operation `"acquire"`)
+ * that the acquisition fails with; catch it with `Effect.catchIf(error =>
+ * error.cause instanceof LockReplicaSyncError, ...)`.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class LockReplicaSyncError extends Schema.TaggedError<LockReplicaSyncError>()("LockReplicaSyncError", {
+  key: Schema.String,
+  /** Replicas asked for (`replicas.sync`). */
+  required: Schema.Number,
+  /** Replicas that confirmed the acquisition (`WAIT`'s answer): 0. */
+  confirmed: Schema.Number,
+  timeoutMillis: Schema.Number,
+  /** The command that was asked: `WAIT`, or `WAITAOF` on Redis 7.2+ with `replicas.aof`. */
+  command: Schema.Literal("WAIT", "WAITAOF")
+}) {
+  override get message(): string {
+    return `no replica confirmed the acquisition of "${this.key}" within ${this.timeoutMillis} ms ` +
+      `(${this.command} answered ${this.confirmed} of ${this.required}); the lock was released`
+  }
+}

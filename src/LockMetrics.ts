@@ -82,6 +82,19 @@ export const releaseFailures = Metric.counter("effect_lock_release_failures_tota
 })
 
 /**
+ * Writes (`operation`: acquire, renew, release, force-release) that fewer replicas confirmed than
+ * the Redis backend's `replicas.sync` asks for, tagged with the `operation`. Only a Redis backend
+ * with replica sync counts them; an acquisition that no replica confirmed (which fails and is
+ * released) is counted too.
+ *
+ * @since 0.3.0
+ * @category counters
+ */
+export const replicaSyncShortfalls = Metric.counter("effect_lock_replica_sync_short_total", {
+  description: "Lock writes confirmed by fewer replicas than replicas.sync asks for"
+})
+
+/**
  * Confirmed lease renewals.
  *
  * @since 0.2.0

@@ -32,6 +32,8 @@ import { verifyPermissions } from "./internal/redis/permissions.js"
 import { makeRedisReadWrite } from "./internal/redis/readWrite.js"
 import * as readWriteScripts from "./internal/redis/readWriteScripts.js"
 import { renewBySlot } from "./internal/redis/renewBySlot.js"
+import type { ReplicaSync } from "./internal/redis/replicaSync.js"
+import { makeCommandSync } from "./internal/redis/replicaSync.js"
 import { loadScripts } from "./internal/redis/scripts.js"
 import { makeRedisSemaphores } from "./internal/redis/semaphore.js"
 import * as semaphoreScripts from "./internal/redis/semaphoreScripts.js"
@@ -95,6 +97,32 @@ export interface RedisBackendOptions {
    * finite; anything else is a `LockOptionsError`. Default: 2 seconds.
    */
   readonly commandTimeout?: Duration.DurationInput | undefined
+  /**
+   * Replica sync (Redisson's `checkLockSyncedSlaves`): every acquire, renew, release and
+   * force-release of every lock kind is followed, on the same connection and in the same write,
+   * by `WAIT sync timeout`. An acquisition that no replica confirmed is released at once and fails
+   * with a `LockBackendError` whose `cause` is a `LockReplicaSyncError`; a write that fewer than
+   * `sync` replicas confirmed is logged and counted (`effect_lock_replica_sync_short_total`).
+   * `aof: true` asks `WAITAOF 0 sync timeout` instead (replicas fsynced their AOF; Redis 7.2+,
+   * untested here), falling back to `WAIT` when the server refuses it. Releases notify instead of
+   * handing over (a hand-over is an acquisition nobody would confirm). Not on a Redis Cluster.
+   * See docs/sentinel.md for what this does and does not guarantee. Default: off.
+   */
+  readonly replicas?: ReplicaSyncOptions | undefined
+}
+
+/**
+ * Replica sync: `sync` replicas (a whole number, at least 1) asked to confirm each lock write
+ * within `timeout` (whole milliseconds, at least 1, below `commandTimeout`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface ReplicaSyncOptions {
+  readonly sync: number
+  readonly timeout: Duration.DurationInput
+  /** `WAITAOF` (Redis 7.2+) rather than `WAIT`. Default: false. */
+  readonly aof?: boolean | undefined
 }
 
 /**
@@ -139,11 +167,43 @@ const validateCommandTimeout = (input: Duration.DurationInput | undefined): Effe
   return Effect.succeed(millis)
 }
 
+const validateReplicas = (
+  options: RedisBackendOptions,
+  commandTimeout: number
+): Effect.Effect<ReplicaSync | undefined, LockOptionsError> => {
+  const replicas = options.replicas
+  if (replicas === undefined) return Effect.succeed(undefined)
+  const fail = (field: string, reason: string) =>
+    Effect.fail(new LockOptionsError({ field: `replicas${field === "" ? "" : `.${field}`}`, reason }))
+  if (typeof replicas !== "object" || replicas === null) {
+    return fail("", `must be { sync, timeout }, got ${String(replicas)}`)
+  }
+  if (options.cluster !== undefined || (options.client !== undefined && options.client.isCluster)) {
+    return fail("", "is not supported on a Redis Cluster (WAIT must follow each script on its master's connection)")
+  }
+  const sync: unknown = replicas.sync
+  if (typeof sync !== "number" || !Number.isInteger(sync) || sync < 1 || sync > 1_000) {
+    return fail("sync", `must be a whole number of replicas from 1 to 1000, got ${String(sync)}`)
+  }
+  const decoded = Duration.decodeUnknown(replicas.timeout)
+  if (Option.isNone(decoded)) return fail("timeout", `is not a duration: ${String(replicas.timeout)}`)
+  const millis = Duration.toMillis(decoded.value)
+  if (!Number.isFinite(millis) || !Number.isInteger(millis) || millis < 1) {
+    return fail("timeout", `must be a whole number of milliseconds, at least 1, got ${String(replicas.timeout)}`)
+  }
+  if (millis >= commandTimeout) {
+    return fail("timeout", `${millis} ms must be below the command timeout (${commandTimeout} ms)`)
+  }
+  const aof: unknown = replicas.aof
+  if (aof !== undefined && typeof aof !== "boolean") return fail("aof", `must be true or false, got ${String(aof)}`)
+  return Effect.succeed({ replicas: sync, timeoutMillis: millis, aof: aof === true })
+}
+
 /**
  * The Redis primitives over the backend's two connections. Reads nothing but the options; every
  * call is one script round trip.
  */
-const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
+const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, replicaSync: ReplicaSync | undefined) =>
   Effect.gen(function*() {
     const connections = yield* openConnections({
       url: options.url,
@@ -171,7 +231,11 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
         connectionName: (command.options.connectionName ?? "") !== ""
       })
     }
-    const commands = makeCommands(connections, layout)
+    const commands = makeCommands(
+      connections,
+      layout,
+      replicaSync === undefined || isCluster(command) ? undefined : makeCommandSync(connections, command, replicaSync)
+    )
     const { call, callTaking } = commands
     const subscriptions = yield* makeSubscriptions(connections, layout)
 
@@ -187,7 +251,8 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number) =>
       call("release", key, scripts.release, layout.keysOf(key), owner)
 
     const handOver = (key: string, from: string, to: LockRequest) => {
-      if (handOverRefused) return release(key, from)
+      // Under replica sync the receiver acquires on its own, confirmed like any acquisition.
+      if (handOverRefused || replicaSync !== undefined) return release(key, from)
       const keys = layout.keysOf(key)
       // Our own subscriber among the channel's: any other one is a client elsewhere that waits.
       const own = subscriptions.isLive(keys.channel) ? 1 : 0
@@ -263,7 +328,11 @@ export const make = (
     validateTarget(options),
     Effect.flatMap(
       validateCommandTimeout(options.commandTimeout),
-      (commandTimeout) => Effect.flatMap(makePrimitives(options, commandTimeout), LockBackend.make)
+      (commandTimeout) =>
+        Effect.flatMap(
+          validateReplicas(options, commandTimeout),
+          (replicaSync) => Effect.flatMap(makePrimitives(options, commandTimeout, replicaSync), LockBackend.make)
+        )
     )
   )
 
@@ -317,7 +386,7 @@ export interface RedisBackendConfigOptions extends Omit<RedisBackendOptions, "ur
  *
  * // REDIS_SENTINELS=10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 REDIS_SENTINEL_NAME=mymaster
  * const program = withLock("orders:42", Effect.log("alone"))
- * program.pipe(Effect.provide(RedisBackend.layerConfig()))
+ * program.pipe(Effect.provide(RedisBackend.layerConfig({ replicas: { sync: 1, timeout: "50 millis" } })))
  * ```
  *
  * @since 0.1.0
@@ -349,7 +418,9 @@ export const layerConfig = (
  * (the fencing counter `redisson_lock_token:...` and the channel name, which the scripts take as a
  * key), and the channel patterns of the release notifications. Give it to `ACL SETUSER` after
  * `reset on >password`. The backend checks at startup (Redis 7.0+) that its user has every part
- * of it and otherwise fails with a `LockBackendError` naming what is missing. See docs/redis.md.
+ * of it and otherwise fails with a `LockBackendError` naming what is missing. With `replicas: true`
+ * the rule also grants `WAIT` and `WAITAOF`, which replica sync needs (not part of the startup
+ * check). See docs/redis.md.
  *
  * @example
  * ```ts
@@ -363,8 +434,12 @@ export const layerConfig = (
  * @since 0.2.0
  * @category acl
  */
-export const aclRule = (options: { readonly prefix?: string | undefined } = {}): ReadonlyArray<string> =>
-  acl.aclRule(options.prefix ?? "")
+export const aclRule = (
+  options: { readonly prefix?: string | undefined; readonly replicas?: boolean | undefined } = {}
+): ReadonlyArray<string> =>
+  options.replicas === true
+    ? [...acl.aclRule(options.prefix ?? ""), "+wait", "+waitaof"]
+    : acl.aclRule(options.prefix ?? "")
 
 /**
  * This module as a namespace, so that both `import { RedisBackend } from "effect-lock/RedisBackend"`

@@ -82,7 +82,8 @@ export const sentinelGroup = (): Effect.Effect<SentinelGroup, Error, Scope.Scope
     )
     const port = () => Effect.promise(freePort)
     const masterPort = yield* port()
-    const dataArgs = ["--dir", dir]
+    // No 5 s pause before a full sync (the default delay waits for more replicas to come).
+    const dataArgs = ["--dir", dir, "--repl-diskless-sync-delay", "0"]
     yield* start(masterPort, { args: dataArgs })
     const replicaPort = yield* port()
     yield* start(replicaPort, { args: [...dataArgs, "--replicaof", host, String(masterPort)] })

@@ -1,14 +1,24 @@
 /**
  * Running scripts on the command connection, within the command budget, and undoing an
  * acquisition whose reply was lost.
+ *
+ * Replica sync (`replicaSync.ts`, the backend's `replicas` option) lives here too, so that every
+ * lock kind gets it from the same calls: `call` with operation `renew`, `release` or
+ * `force-release`, and every `callTaking`/`callTakingWith` (acquisitions), are followed by `WAIT`
+ * on the same connection in the same write. A shortfall is logged and counted; an acquisition
+ * that no replica confirmed is undone with the call's `undo` (owner checked, as for a lost reply)
+ * and fails. A lock kind gets this by sending its writes through these calls with these
+ * operations; a kind whose hold the plain release cannot undo passes its `undo` to `callTakingWith`.
  */
 import { Effect } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
 import type { BackendOperation, LockBackendError } from "../../LockError.js"
+import { LockReplicaSyncError } from "../../LockError.js"
 import type { Connections } from "./connection.js"
 import { backendName, certainlyNotRun, messageOf, redisError, unexpectedReply } from "./errors.js"
 import type { KeyLayout } from "./keys.js"
 import * as scripts from "./lockScripts.js"
+import type { CommandSync, Confirmation } from "./replicaSync.js"
 import type { Script } from "./scripts.js"
 import { runScript } from "./scripts.js"
 
@@ -44,7 +54,12 @@ export interface Commands {
     script: Script<I, A>,
     ...input: I
   ) => Effect.Effect<A, LockBackendError>
+  /** Replica sync, when the backend has it on. */
+  readonly sync: CommandSync | undefined
 }
+
+/** The writes that `call` follows with `WAIT` under replica sync (acquisitions go through `callTaking`). */
+const syncedCalls: ReadonlySet<BackendOperation> = new Set(["renew", "release", "force-release"])
 
 /** A release script and its input; its reply is -1 when there was nothing to release. */
 export interface Undo<J extends ReadonlyArray<unknown>> {
@@ -52,7 +67,7 @@ export interface Undo<J extends ReadonlyArray<unknown>> {
   readonly input: J
 }
 
-export const makeCommands = (connections: Connections, layout: KeyLayout): Commands => {
+export const makeCommands = (connections: Connections, layout: KeyLayout, sync?: CommandSync): Commands => {
   const { batch, budgeted, command, runFork } = connections
 
   /** Run a script on the command connection, its write batched with the others of this turn. */
@@ -66,6 +81,24 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
     runScript(command, script, input, onReply, onError)
   }
 
+  /** `send`, followed by `WAIT` when `synced` and replica sync is on (`confirmation`: its answer). */
+  const sendWrite = <I extends ReadonlyArray<unknown>, A>(
+    synced: boolean,
+    script: Script<I, A>,
+    input: I,
+    onReply: (reply: unknown, confirmation: Confirmation | undefined) => void,
+    onError: (error: unknown) => void
+  ) => {
+    if (sync === undefined || !synced) return send(script, input, (reply) => onReply(reply, undefined), onError)
+    sync.sender.run(script, input, onReply, onError)
+  }
+
+  const checkShort = (operation: BackendOperation, key: string, confirmation: Confirmation | undefined) => {
+    if (sync === undefined || confirmation === undefined) return
+    if (confirmation.confirmed < sync.replicas) sync.short(operation, key, confirmation)
+    else sync.confirmed()
+  }
+
   const call = <I extends ReadonlyArray<unknown>, A>(
     operation: BackendOperation,
     key: string,
@@ -74,8 +107,9 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
   ): Effect.Effect<A, LockBackendError> =>
     budgeted(
       Effect.async<A, LockBackendError>((resume) => {
-        send(script, input, (reply) => {
+        sendWrite(syncedCalls.has(operation), script, input, (reply, confirmation) => {
           const value = script.decode(reply)
+          if (value !== undefined) checkShort(operation, key, confirmation)
           resume(value === undefined ? Effect.fail(unexpectedReply(operation, key, reply)) : Effect.succeed(value))
         }, (cause) => resume(Effect.fail(redisError(operation, key, cause))))
       }),
@@ -93,13 +127,12 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
   const compensate = <J extends ReadonlyArray<unknown>>(
     request: LockRequest,
     why: string,
-    undo: Undo<J> | undefined
+    undo: Undo<J> | undefined,
+    done = "Released a lock taken by an acquire whose reply was lost"
   ) => {
     const annotate = Effect.annotateLogs({ backend: backendName, key: request.key, owner: request.owner, why })
     const released = (reply: unknown) => {
-      if (reply !== -1) {
-        runFork(annotate(Effect.logWarning("Released a lock taken by an acquire whose reply was lost")))
-      }
+      if (reply !== -1) runFork(annotate(Effect.logWarning(done)))
     }
     const noReply = (error: unknown) =>
       runFork(annotate(
@@ -129,9 +162,37 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
       Effect.async<A, LockBackendError>((resume) => {
         let abandoned = false
         let settled = false
-        send(script, input, (reply) => {
+        sendWrite(true, script, input, (reply, confirmation) => {
           settled = true
           const result = script.decode(reply)
+          if (sync !== undefined && confirmation !== undefined && result !== undefined && took(result)) {
+            if (confirmation.confirmed === 0) {
+              // No replica has this acquisition: a failover now would hand the lock to someone
+              // else while this caller believes it holds it. Undo it, and fail.
+              sync.short(operation, request.key, confirmation)
+              compensate(
+                request,
+                "no replica confirmed the acquisition",
+                undo,
+                "Released a lock taken by an acquire that no replica confirmed"
+              )
+              if (!abandoned) {
+                resume(Effect.fail(redisError(
+                  operation,
+                  request.key,
+                  new LockReplicaSyncError({
+                    key: request.key,
+                    required: sync.replicas,
+                    confirmed: confirmation.confirmed,
+                    timeoutMillis: sync.timeoutMillis,
+                    command: confirmation.command
+                  })
+                )))
+              }
+              return
+            }
+            checkShort(operation, request.key, confirmation)
+          }
           if (!abandoned) {
             resume(
               result === undefined
@@ -160,6 +221,7 @@ export const makeCommands = (connections: Connections, layout: KeyLayout): Comma
     call,
     callTaking: (operation, request, took, script, ...input) =>
       callTakingWith(undefined, operation, request, took, script, ...input),
-    callTakingWith
+    callTakingWith,
+    sync
   }
 }

@@ -27,7 +27,7 @@ export const makeRedisFair = (
   windowMillis: number
 ) =>
   Effect.gen(function*() {
-    const { call, callTaking } = commands
+    const { call, callTakingWith } = commands
     const publish = layout.pubsub === "sharded" ? "spublish" : "publish"
     const keysOf = (key: string) => fairScripts.fairKeysOf(prefix, key, publish)
     // Subscriptions by owner channel; each channel's messages are notifications for its lock name.
@@ -65,7 +65,9 @@ export const makeRedisFair = (
     const primitives: KindPrimitives = {
       name: backendName,
       tryAcquire: (request) =>
-        callTaking(
+        callTakingWith(
+          // Undone by the fair release, which tells the next in line.
+          { script: fairScripts.release, input: [keysOf(request.key), request.owner, windowMillis] },
           "acquire",
           request,
           (result) => result._tag === "Acquired",

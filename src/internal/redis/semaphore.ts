@@ -10,7 +10,7 @@ import { renewBySlot } from "./renewBySlot.js"
 import * as scripts from "./semaphoreScripts.js"
 import { hashSlot } from "./slot.js"
 
-export const makeRedisSemaphores = ({ call }: Commands, layout: KeyLayout): SemaphorePrimitives => {
+export const makeRedisSemaphores = ({ call, callTakingWith }: Commands, layout: KeyLayout): SemaphorePrimitives => {
   const renewOnce = (requests: ReadonlyArray<PermitRequest>) =>
     call(
       "renew",
@@ -20,8 +20,18 @@ export const makeRedisSemaphores = ({ call }: Commands, layout: KeyLayout): Sema
       requests
     )
   return {
+    // An acquisition whose reply was lost, or that no replica confirmed (replica sync), gives its
+    // permits back: the owner id is fresh per acquisition, so this releases nothing else.
     tryAcquire: (request) =>
-      call("acquire", request.key, scripts.acquire, layout.semaphoreKeysOf(request.key), request),
+      callTakingWith(
+        { script: scripts.release, input: [layout.semaphoreKeysOf(request.key), request.owner, request.permits] },
+        "acquire",
+        request,
+        (result) => result._tag === "Acquired",
+        scripts.acquire,
+        layout.semaphoreKeysOf(request.key),
+        request
+      ),
     renew: (requests) =>
       requests.length === 0
         ? Effect.succeed([])
