@@ -46,7 +46,7 @@ const withClient = async <A>(port: number, use: (redis: Redis) => Promise<A>): P
   }
 }
 
-const until = async (what: string, check: () => Promise<boolean>, millis = 30_000) => {
+const until = async (what: string, check: () => Promise<boolean>, millis = 60_000) => {
   const deadline = Date.now() + millis
   for (;;) {
     try {
