@@ -4,7 +4,7 @@
  */
 import { assert, describe, layer as withLayer } from "@effect/vitest"
 import type { Layer } from "effect"
-import { Deferred, Effect, Exit, Fiber, Option } from "effect"
+import { Deferred, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import { Lock, ReadWriteLock } from "../../src/index.js"
 import type { LockBackend } from "../../src/index.js"
 
@@ -134,6 +134,38 @@ export const runReadWriteConformance = (name: string, layer: Layer.Layer<LockBac
           yield* Fiber.join(writer)
           yield* Fiber.join(late)
           assert.deepStrictEqual(order, ["writer", "late reader"])
+        }))
+
+      it.effect("readers waiting behind a writer all get in together when it leaves", () =>
+        Effect.gen(function*() {
+          const key = freshKey("readers-together")
+          const go = yield* Deferred.make<void>()
+          const held = yield* Deferred.make<void>()
+          const writer = yield* Effect.fork(
+            ReadWriteLock.withWriteLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(go)))
+          )
+          yield* Deferred.await(held)
+          // Each reader stays inside until all five are: only readers woken together can finish. Their
+          // retry schedule alone would take a minute, so one release notification must reach them all.
+          let inside = 0
+          const all = yield* Deferred.make<void>()
+          const reader = ReadWriteLock.withReadLock(
+            key,
+            Effect.suspend(() => {
+              if (++inside === 5) return Deferred.succeed(all, void 0)
+              return Deferred.await(all)
+            }),
+            { retry: Schedule.spaced("60 seconds") }
+          )
+          const readers = yield* Effect.fork(Effect.all(Array.from({ length: 5 }, () => reader), { concurrency: 5 }))
+          yield* Effect.sleep(200)
+          yield* Deferred.succeed(go, void 0)
+          yield* Fiber.join(writer)
+          yield* Fiber.join(readers).pipe(Effect.timeoutFail({
+            duration: "20 seconds",
+            onTimeout: () => new Error(`only ${inside} of 5 readers got in`)
+          }))
+          assert.strictEqual(inside, 5)
         }))
 
       it.effect("each reader's lease is its own: the watchdog keeps it, loss interrupts only that reader", () =>

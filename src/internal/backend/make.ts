@@ -67,6 +67,11 @@ export interface Backend extends LockBackendShape {
   readonly abandon: ((request: LockRequest) => Effect.Effect<void>) | undefined
   /** The machinery built for each lock kind the backend offers. */
   readonly kinds: { readonly [K in KindName]?: Backend }
+  /**
+   * Whether holders of this kind may share the lock (the read side of a read-write lock): a waiter
+   * that gets in then wakes the next local waiter, which may get in beside it.
+   */
+  readonly shared: boolean
 }
 
 export const backendOf = (service: LockBackendShape): Backend => service as Backend
@@ -82,14 +87,14 @@ export const kindOf = (backend: Backend, kind: KindName, key: string): Backend |
     cause: new Error(`the ${backend.name} backend does not support ${kindNames[kind]}`)
   })
 
-export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape, never, Scope.Scope> =>
+export const make = (primitives: LockPrimitives, shared = false): Effect.Effect<LockBackendShape, never, Scope.Scope> =>
   Effect.gen(function*() {
     // Each kind's machinery first: its shutdown finaliser then runs after the mutex's.
     const kinds: { [K in KindName]?: Backend } = {}
     for (
       const [name, kind] of Object.entries(primitives.kinds ?? {}) as Array<[KindName, KindPrimitives | undefined]>
     ) {
-      if (kind !== undefined) kinds[name] = backendOf(yield* make(kind))
+      if (kind !== undefined) kinds[name] = backendOf(yield* make(kind, name === "read"))
     }
     const logged = (what: string) => (effect: Effect.Effect<unknown, LockBackendError>) =>
       Effect.catchAll(
@@ -149,7 +154,8 @@ export const make = (primitives: LockPrimitives): Effect.Effect<LockBackendShape
       },
       release: (key, owner, span) => releaseHandingOver(queue, primitives, labels, key, owner, span),
       abandon: abandonOf(primitives, logged),
-      kinds
+      kinds,
+      shared
     }
     if (semaphores !== undefined) semaphores.view = makeView(backend, semaphores)
     // Registered last, so it runs first when the scope closes: the holds are released while the

@@ -136,7 +136,14 @@ const waitFor = (
             if (tryNow) {
               const result = yield* attempt(backend, request)
               attempts++
-              if (result._tag === "Acquired") return { ...result, attempts, via: "attempt" as const }
+              if (result._tag === "Acquired") {
+                // A shared kind (readers): the other local waiters may get in beside this one, so
+                // wake them all (their attempts go out together) rather than one by one.
+                if (backend.shared) {
+                  for (let n = backend.queue.waitersOn(request.key); n > 0; n--) backend.queue.notify(request.key)
+                }
+                return { ...result, attempts, via: "attempt" as const }
+              }
               ttl = result.ttlMillis
             }
             const now = yield* nowMillis
