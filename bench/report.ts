@@ -7,7 +7,7 @@ import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
 import type { SerialResult } from "./scenarios/serial.js"
-import { memorySection, promiseSection, scaleSection } from "./sections.js"
+import { fairHandoffSection, memorySection, promiseSection, readHeavySection, scaleSection } from "./sections.js"
 import { renderTargets, targetContext, targets } from "./targets.js"
 
 // --- README headline ------------------------------------------------------------------------------
@@ -390,6 +390,8 @@ ${reentrantSection(results)}
 ${promiseSection(results)}
 ${memorySection(results)}
 ${scaleSection(results)}
+${readHeavySection(results)}
+${fairHandoffSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 

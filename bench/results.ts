@@ -1,9 +1,11 @@
 /** The shape of one bench run, as the report reads it. */
 import type { DistinctResult } from "./scenarios/distinct.js"
+import type { FairHandoffResult } from "./scenarios/fairHandoff.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
 import type { MemoryResult } from "./scenarios/memory.js"
 import type { PromiseResult } from "./scenarios/promise.js"
 import type { RawResult } from "./scenarios/raw.js"
+import type { ReadHeavyResult } from "./scenarios/readHeavy.js"
 import type { ReentrantResult } from "./scenarios/reentrant.js"
 import type { ScaleResult } from "./scenarios/scale.js"
 import type { SerialResult } from "./scenarios/serial.js"
@@ -59,6 +61,10 @@ export interface BenchResults {
   readonly memory?: Outcome<MemoryResult> | undefined
   /** 10,000 holds and 10,000 waiters in one process. */
   readonly atScale?: Outcome<ScaleResult> | undefined
+  /** 16 readers and 1 writer on one key: ReadWriteLock next to the mutex. */
+  readonly readHeavy?: ReadonlyArray<Outcome<ReadHeavyResult>> | undefined
+  /** The hand-off scenario with FairLock next to the mutex. */
+  readonly fairHandoff?: ReadonlyArray<Outcome<FairHandoffResult>> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

@@ -7,7 +7,7 @@
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
  * - `BENCH_SCENARIOS`: comma-separated subset of
- *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale`.
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -28,12 +28,16 @@ import type { BenchContext } from "./scenarios/common.js"
 import { describeFailure } from "./scenarios/common.js"
 import type { DistinctRound } from "./scenarios/distinct.js"
 import { combineDistinct, DISTINCT_ROUNDS, distinctRound } from "./scenarios/distinct.js"
+import type { FairHandoffLock } from "./scenarios/fairHandoff.js"
+import { fairHandoff } from "./scenarios/fairHandoff.js"
 import { handoff } from "./scenarios/handoff.js"
 import { memory } from "./scenarios/memory.js"
 import type { PromiseResult } from "./scenarios/promise.js"
 import { PROMISE_ROUNDS, promiseCallers, promiseRound } from "./scenarios/promise.js"
 import type { FloorClient, FloorResult, RawResult, RedisBenchmarkResult } from "./scenarios/raw.js"
 import { floorDistinctRound, floorSerialRound, loadAcquire, median, redisBenchmark } from "./scenarios/raw.js"
+import type { ReadHeavyLock } from "./scenarios/readHeavy.js"
+import { readHeavy } from "./scenarios/readHeavy.js"
 import { reentrant } from "./scenarios/reentrant.js"
 import { scale as scaleScenario } from "./scenarios/scale.js"
 import type { SerialRound } from "./scenarios/serial.js"
@@ -59,7 +63,9 @@ const scenarioNames = [
   "reentrant",
   "promise",
   "memory",
-  "scale"
+  "scale",
+  "readheavy",
+  "fairhandoff"
 ] as const
 type ScenarioName = typeof scenarioNames[number]
 
@@ -365,7 +371,7 @@ const main = async () => {
 
     // h, i: effect-lock alone.
     const subjectAlone = libraryFilter === undefined || libraryFilter.includes("effect-lock")
-    const single = async <A>(scenario: ScenarioName, run: Effect.Effect<A>, describe: (a: A) => string) => {
+    const single = async <A>(scenario: ScenarioName, run: Effect.Effect<A, unknown>, describe: (a: A) => string) => {
       if (!runs(scenario) || !subjectAlone) return undefined
       const started = now()
       const exit = await Effect.runPromiseExit(run)
@@ -391,6 +397,32 @@ const main = async () => {
         } cmds/acq`
     )
 
+    // j, k: effect-lock's read-write and fair locks, each next to its mutex.
+    const readHeavyOutcomes = []
+    for (const lock of ["ReadWriteLock", "Lock (mutex)"] satisfies Array<ReadHeavyLock>) {
+      const outcome = await single(
+        "readheavy",
+        readHeavy(ctx, lock),
+        (r) =>
+          `${lock}: ${fixed(r.readsPerSecond)} reads/s, ${fixed(r.writesPerSecond)} writes/s, write wait p99 ${
+            fixed(r.writeWait.p99, 1)
+          } ms, ${r.violations} violations`
+      )
+      if (outcome !== undefined) readHeavyOutcomes.push(outcome)
+    }
+    const fairHandoffOutcomes = []
+    for (const lock of ["FairLock", "Lock (mutex)"] satisfies Array<FairHandoffLock>) {
+      const outcome = await single(
+        "fairhandoff",
+        fairHandoff(ctx, lock),
+        (r) =>
+          `${lock}: ${fixed(r.acquisitionsPerSecond)} acq/s, wait p99 ${fixed(r.wait.p99, 1)} ms, fairness ${
+            fixed(r.fairness, 2)
+          }, overlaps ${r.overlaps}`
+      )
+      if (outcome !== undefined) fairHandoffOutcomes.push(outcome)
+    }
+
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
@@ -414,6 +446,8 @@ const main = async () => {
       promise: promiseOutcomes,
       memory: memoryOutcome,
       atScale: scaleOutcome,
+      readHeavy: readHeavyOutcomes,
+      fairHandoff: fairHandoffOutcomes,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }

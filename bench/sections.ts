@@ -1,4 +1,4 @@
-/** The report's sections for the promise-land, memory-backend and scale scenarios. */
+/** The report's sections for the promise-land, memory-backend, scale, read-heavy and fair hand-off scenarios. */
 import { dec, failedRows, int, ok, table } from "./format.js"
 import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
@@ -84,5 +84,83 @@ leases per call), samples the event loop's delay (\`perf_hooks.monitorEventLoopD
 resolution) and finally asks every lease whether it is still held. Then 100 fibers each hold one of
 100 keys while 100 more per key wait; after a second the holders let go and every waiter takes its
 key once. Commands are counted where ioredis writes them.
+`
+}
+
+export const readHeavySection = (results: BenchResults): string => {
+  const outcomes = results.readHeavy ?? []
+  if (outcomes.length === 0) return ""
+  const rows = ok(outcomes).map((r) => [
+    r.lock,
+    int(r.readsPerSecond),
+    int(r.writesPerSecond),
+    `${dec(r.readWait.p50, 1)} / ${dec(r.readWait.p99, 1)} ms`,
+    `${dec(r.writeWait.p50, 1)} / ${dec(r.writeWait.p99, 1)} ms`,
+    int(r.maxReadersInside),
+    int(r.violations),
+    r.failures.length === 0 ? "" : r.failures.join("; ")
+  ])
+  return `### j. Read-heavy: 16 readers and 1 writer on one key
+
+${
+    table(
+      [
+        "Lock",
+        "Reads/s",
+        "Writes/s",
+        "Read wait p50 / p99",
+        "Write wait p50 / p99",
+        "Most readers inside",
+        "Violations",
+        "Errors"
+      ],
+      [...rows, ...failedRows(outcomes, 8)]
+    )
+  }
+
+effect-lock alone, on its Redis backend: 16 readers (~1 ms inside, ~1 ms outside) and one writer
+(~1 ms inside, ~10 ms outside) on one key, for 3 s after 0.5 s of warm-up, once with
+\`ReadWriteLock\` (\`withReadLock\`/\`withWriteLock\`: readers share, the writer goes first) and once
+with the mutex (\`withLock\` for everybody). *Violations* counts a writer entering with anybody
+inside or a reader entering with a writer inside.
+`
+}
+
+export const fairHandoffSection = (results: BenchResults): string => {
+  const outcomes = results.fairHandoff ?? []
+  if (outcomes.length === 0) return ""
+  const rows = ok(outcomes).map((r) => [
+    r.lock,
+    int(r.acquisitionsPerSecond),
+    `${dec(r.wait.p50, 1)} ms`,
+    `${dec(r.wait.p99, 1)} ms`,
+    `${int(r.gap.p50)} µs`,
+    dec(r.fairness, 2),
+    `${dec(r.regrabs * 100, 0)} %`,
+    int(r.overlaps),
+    r.failures.length === 0 ? "" : r.failures.join("; ")
+  ])
+  return `### k. Fair-lock hand-off: 16 workers, one key
+
+${
+    table(
+      [
+        "Lock",
+        "Acquisitions/s",
+        "Wait p50",
+        "Wait p99",
+        "Hand-off gap p50",
+        "Fairness",
+        "Re-grabs",
+        "Overlaps",
+        "Errors"
+      ],
+      [...rows, ...failedRows(outcomes, 9)]
+    )
+  }
+
+The hand-off scenario (c) run by effect-lock alone, once with \`FairLock.withLock\` (first come,
+first served across processes: a queue and a deadline set in Redis, a channel per waiting owner)
+and once with the mutex (\`withLock\`), one after the other.
 `
 }
