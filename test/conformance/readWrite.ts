@@ -136,6 +136,28 @@ export const runReadWriteConformance = (name: string, layer: Layer.Layer<LockBac
           assert.deepStrictEqual(order, ["writer", "late reader"])
         }))
 
+      it.effect("a writer that stops waiting no longer holds readers back, and leaves nothing behind", () =>
+        Effect.gen(function*() {
+          const key = freshKey("writer-gives-up")
+          const go = yield* Deferred.make<void>()
+          const held = yield* Deferred.make<void>()
+          const first = yield* Effect.fork(
+            ReadWriteLock.withReadLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(go)))
+          )
+          yield* Deferred.await(held)
+          const timedOut = yield* Effect.flip(ReadWriteLock.withWriteLock(key, Effect.void, { wait: "300 millis" }))
+          assert.strictEqual(timedOut._tag, "LockTimeoutError")
+          const interrupted = yield* Effect.fork(ReadWriteLock.withWriteLock(key, Effect.void))
+          yield* Effect.sleep(200)
+          yield* Fiber.interrupt(interrupted)
+          // Neither waiting writer's mark is left to keep a new reader out.
+          const late = yield* Effect.scoped(ReadWriteLock.tryAcquireRead(key))
+          assert.isTrue(Option.isSome(late), "a new reader gets in beside the first")
+          yield* Deferred.succeed(go, void 0)
+          yield* Fiber.join(first)
+          assert.isTrue(Option.isSome(yield* Effect.scoped(ReadWriteLock.tryAcquireWrite(key))), "free again")
+        }))
+
       it.effect("readers waiting behind a writer all get in together when it leaves", () =>
         Effect.gen(function*() {
           const key = freshKey("readers-together")
