@@ -12,8 +12,8 @@
  *
  * @since 0.2.0
  */
-import type { Duration, Redacted, Scope } from "effect"
-import { Effect, Layer } from "effect"
+import type { Duration, Redacted } from "effect"
+import { Effect, ExecutionStrategy, Layer, Scope } from "effect"
 import type { Redis, RedisOptions } from "ioredis"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import { openNode } from "./internal/redlock/nodes.js"
@@ -72,8 +72,12 @@ export const make = (
       (spec, index) => openNode(spec, index, layout, commandTimeout),
       { concurrency: "unbounded" }
     )
-    const scope = yield* Effect.scope
-    return yield* LockBackend.make(yield* makePrimitives(nodes, layout, scope))
+    // The calls to the nodes run in a scope of their own, closed at this point of the caller's
+    // scope: a hold taken later in that scope is released (its calls forked here) before it closes.
+    // Forked into the caller's scope itself, a release run by one of its finalisers would fork
+    // into a scope already closing, and wait forever.
+    const calls = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    return yield* LockBackend.make(yield* makePrimitives(nodes, layout, calls))
   })
 
 /**

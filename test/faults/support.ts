@@ -134,11 +134,18 @@ const workerUnhandled: Array<string> = []
 /**
  * Start a worker process on `url` and wait until it is connected. It is killed (SIGKILL) when the
  * scope closes. tsx start-up takes about a second; start the workers a scenario needs together.
+ * With `redlockNodes`, its locks live on a `RedlockBackend` over those nodes (the fenced resource
+ * stays at `url`).
  */
-export const startWorker = (url: string, name: string): Effect.Effect<Worker, never, Scope.Scope> =>
+export const startWorker = (
+  url: string,
+  name: string,
+  redlockNodes?: ReadonlyArray<string>
+): Effect.Effect<Worker, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.suspend(() => {
-      const child = spawn(process.execPath, ["--import", "tsx", workerScript, url], {
+      const args = [...(redlockNodes === undefined ? [] : [redlockNodes.join(",")])]
+      const child = spawn(process.execPath, ["--import", "tsx", workerScript, url, ...args], {
         cwd: root,
         stdio: ["pipe", "pipe", "pipe"]
       })

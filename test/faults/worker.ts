@@ -1,7 +1,10 @@
 /**
  * A lock-holding OS process for the fault suite, driven by JSON lines on stdin:
  *
- *   node --import tsx test/faults/worker.ts <redis url>
+ *   node --import tsx test/faults/worker.ts <redis url> [<redlock node url>,<redlock node url>,...]
+ *
+ * The lock lives on the Redis at `<redis url>`, or, given a list of nodes, on a `RedlockBackend`
+ * over them; the fenced resource (`data`) is always at `<redis url>`.
  *
  * It prints `{"ev":"ready"}` once its backend is connected, then one JSON line per event. Commands:
  *
@@ -34,9 +37,10 @@ import { Redis } from "ioredis"
 import type { Lease } from "../../src/index.js"
 import { Fencing, Lock } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
+import * as RedlockBackend from "../../src/RedlockBackend.js"
 import type { WorkerCommand } from "./support.js"
 
-const [url] = process.argv.slice(2)
+const [url, redlockNodes] = process.argv.slice(2)
 if (url === undefined) {
   console.error("usage: worker.ts <redis url>")
   process.exit(2)
@@ -184,7 +188,12 @@ const program = Effect.gen(function*() {
       }
     }
   }
-}).pipe(Effect.scoped, Effect.provide(RedisBackend.layer({ url })))
+}).pipe(
+  Effect.scoped,
+  Effect.provide(
+    redlockNodes === undefined ? RedisBackend.layer({ url }) : RedlockBackend.layer({ nodes: redlockNodes.split(",") })
+  )
+)
 
 const fiber = Effect.runFork(program)
 fiber.addObserver((exit) => {

@@ -146,6 +146,25 @@ describe.skipIf(skip)("RedlockBackend when nodes fail", () => {
       assert.isTrue(token > 0n, "two free nodes of three are a quorum")
     }))
 
+  it.scopedLive(
+    "a hold taken in the scope that built the backend is released when that scope closes",
+    () =>
+      Effect.gen(function*() {
+        const servers = yield* redisServers(3)
+        const nodes = servers.map((s) => s.url)
+        const key = freshKey("same-scope")
+        // The hold's release is a finaliser of the scope whose closing also ends the backend: its
+        // calls to the nodes must still run (they once forked into the closing scope and hung).
+        yield* Effect.scoped(Effect.gen(function*() {
+          const backend = yield* RedlockBackend.make({ nodes })
+          yield* Lock.acquire(key, { lease: "30 seconds" }).pipe(Effect.provideService(LockBackend, backend))
+        }))
+        const other = yield* RedlockBackend.make({ nodes })
+        assert.isFalse(yield* Lock.isLocked(key).pipe(Effect.provideService(LockBackend, other)), "released")
+      }),
+    30_000
+  )
+
   it.effect("bad options fail with LockOptionsError and connect nowhere", () =>
     Effect.gen(function*() {
       const cases = [

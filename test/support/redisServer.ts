@@ -43,6 +43,8 @@ export interface RedisServer {
 export interface RedisServerOptions {
   /** Extra `redis-server` arguments, e.g. `["--requirepass", "secret"]`. */
   readonly args?: ReadonlyArray<string> | undefined
+  /** Extra environment variables of the process (e.g. libfaketime's, test/support/faketime.ts). */
+  readonly env?: Readonly<Record<string, string>> | undefined
 }
 
 const host = "127.0.0.1"
@@ -149,6 +151,8 @@ export interface RedisProcessOptions {
   readonly command?: string | undefined
   /** Arguments before the defaults (e.g. a config file path, which redis-server wants first). */
   readonly leadingArgs?: ReadonlyArray<string> | undefined
+  /** Extra environment variables, on top of this process's. */
+  readonly env?: Readonly<Record<string, string>> | undefined
 }
 
 /**
@@ -166,7 +170,7 @@ export const redisProcess = (
       ...(options.leadingArgs ?? []),
       ...["--port", String(port), "--bind", host, "--save", "", "--appendonly", "no", "--loglevel", "warning"],
       ...(options.args ?? [])
-    )
+    ).pipe(Command.env(options.env ?? {}))
     const proc = yield* Command.start(command).pipe(
       Effect.mapError((error) => new Error(`cannot start ${options.command ?? "redis-server"}: ${error.message}`))
     )
@@ -242,7 +246,7 @@ const launch = (options: RedisServerOptions): Effect.Effect<RedisServer, Error, 
     const incarnation = (port: number) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(parent, ExecutionStrategy.sequential)
-        const proc = yield* redisProcess({ port, args }).pipe(
+        const proc = yield* redisProcess({ port, args, env: options.env }).pipe(
           Scope.extend(scope),
           Effect.onError((cause) => Scope.close(scope, Exit.failCause(cause)))
         )
