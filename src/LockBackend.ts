@@ -104,6 +104,18 @@ export type AcquireResult =
   | { readonly _tag: "Busy"; readonly ttlMillis: number | undefined }
 
 /**
+ * The outcome of one all-or-nothing attempt at several locks (`tryAcquireAll`): every lock taken,
+ * with one fencing token per request in order, or none taken because the lock of request `index`
+ * is busy (with its holder's remaining lease, as in `AcquireResult`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type AcquireAllResult =
+  | { readonly _tag: "Acquired"; readonly fencingTokens: ReadonlyArray<bigint> }
+  | { readonly _tag: "Busy"; readonly index: number; readonly ttlMillis: number | undefined }
+
+/**
  * The outcome of one renewal: the lease was extended, or the owner no longer holds the lock
  * (`stolen`: another owner is in it; `expired`: there is no lock at all).
  *
@@ -189,6 +201,15 @@ export interface LockPrimitives {
   readonly checkKey?: ((key: string) => string | undefined) | undefined
   /** One attempt: acquire when free (or reenter for an owner already in it), or report the holder's TTL. */
   readonly tryAcquire: (request: LockRequest) => Effect.Effect<AcquireResult, LockBackendError>
+  /**
+   * Optional. One all-or-nothing attempt at several locks in one step (`MultiLock`): every lock is
+   * free (or already its request's owner's) and all are taken, or none is. Returns `undefined`,
+   * before sending anything, when these keys cannot be taken in one step here (on a Redis Cluster,
+   * keys in different slots); `MultiLock` then takes them one by one.
+   */
+  readonly tryAcquireAll?:
+    | ((requests: ReadonlyArray<LockRequest>) => Effect.Effect<AcquireAllResult, LockBackendError> | undefined)
+    | undefined
   /**
    * Extend each lease if, and only if, its owner still holds the lock: one outcome per request, in
    * order. `make` gathers the renewals that come due together into one call.

@@ -43,6 +43,17 @@ export const reentries = Metric.counter("effect_lock_reentries_total", {
 })
 
 /**
+ * Multi-locks whose keys were all taken in one all-or-nothing step (`MultiLock` on memory, one
+ * Redis server or one cluster slot); each key is counted in `acquisitions` too.
+ *
+ * @since 0.3.0
+ * @category counters
+ */
+export const multiLockTogether = Metric.counter("effect_lock_multi_lock_together_total", {
+  description: "Multi-locks whose keys were all taken in one all-or-nothing step"
+})
+
+/**
  * Acquisitions handed over by a release in this process (also counted in `acquisitions`).
  *
  * @since 0.2.0

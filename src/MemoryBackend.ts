@@ -21,6 +21,7 @@ import { kindConflict, makeNotifier, makeStore, released } from "./internal/memo
 import { makeMemorySemaphores } from "./internal/semaphore/memory.js"
 import { nowMillis } from "./internal/time.js"
 import type {
+  AcquireAllResult,
   AcquireResult,
   HandOverResult,
   LockBackendShape,
@@ -95,6 +96,27 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.gen(functi
           _tag: "Acquired",
           fencingToken: request.fencing ? store.currentToken(request.key) : 0n
         })
+      }),
+    // Every lock checked first, then all taken: in one synchronous step, so all or none.
+    tryAcquireAll: (requests) =>
+      Effect.flatMap(nowMillis, (now): Effect.Effect<AcquireAllResult, LockBackendError> => {
+        for (const [index, request] of requests.entries()) {
+          if (store.liveReadWrite(request.key, now) !== undefined) {
+            return Effect.fail(kindConflict(request.key, "acquire", "a read-write lock", "a lock"))
+          }
+          const entry = live(request.key, now)
+          if (entry !== undefined && !entry.holders.has(request.owner)) {
+            return Effect.succeed({ _tag: "Busy", index, ttlMillis: entry.expiresAt - now })
+          }
+        }
+        const fencingTokens = requests.map((request) => {
+          const entry = live(request.key, now)
+          if (entry === undefined) return store.grant(request.key, request, now)
+          entry.holders.set(request.owner, (entry.holders.get(request.owner) ?? 0) + 1)
+          entry.expiresAt = now + request.leaseMillis
+          return request.fencing ? store.currentToken(request.key) : 0n
+        })
+        return Effect.succeed({ _tag: "Acquired", fencingTokens })
       }),
     renew: (requests) =>
       Effect.map(nowMillis, (now) =>

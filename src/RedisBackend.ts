@@ -20,12 +20,14 @@ import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from "
 import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
 import * as acl from "./internal/redis/acl.js"
 import { isCluster } from "./internal/redis/clientOptions.js"
+import type { Undo } from "./internal/redis/commands.js"
 import { makeCommands } from "./internal/redis/commands.js"
 import * as config from "./internal/redis/config.js"
 import { openConnections } from "./internal/redis/connection.js"
 import { backendName, messageOf, redisError } from "./internal/redis/errors.js"
 import { makeRedisFair } from "./internal/redis/fair.js"
 import * as fairScripts from "./internal/redis/fairScripts.js"
+import type { RedisKeys } from "./internal/redis/keys.js"
 import { makeKeyLayout } from "./internal/redis/keys.js"
 import * as scripts from "./internal/redis/lockScripts.js"
 import { verifyPermissions } from "./internal/redis/permissions.js"
@@ -236,7 +238,7 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, re
       layout,
       replicaSync === undefined || isCluster(command) ? undefined : makeCommandSync(connections, command, replicaSync)
     )
-    const { call, callTaking } = commands
+    const { call, callTaking, callTakingWith } = commands
     const subscriptions = yield* makeSubscriptions(connections, layout)
 
     // A server that refuses the hand-over script (an ACL user without `pubsub|numsub`, a Redis
@@ -270,6 +272,31 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, re
         )
     }
 
+    // One script for several locks: any keys on one server; on a cluster, only keys of one slot.
+    const tryAcquireAll = (requests: ReadonlyArray<LockRequest>) => {
+      const first = requests[0]
+      if (first === undefined) return undefined
+      const keys = requests.map((request) => layout.keysOf(request.key))
+      if (layout.pubsub === "sharded") {
+        const slot = hashSlot(layout.keysOf(first.key).lock)
+        if (keys.some((k) => hashSlot(k.lock) !== slot)) return undefined
+      }
+      const owners = requests.map((request) => request.owner)
+      const undo: Undo<[ReadonlyArray<RedisKeys>, ReadonlyArray<string>]> = {
+        script: scripts.releaseAll,
+        input: [keys, owners]
+      }
+      return callTakingWith(
+        undo,
+        "acquire",
+        first,
+        (result) => result._tag === "Acquired",
+        scripts.acquireAll,
+        keys,
+        requests
+      )
+    }
+
     const renewOnce = (requests: ReadonlyArray<LockRequest>) =>
       call("renew", requests[0]?.key ?? "", scripts.renew, requests.map((r) => layout.keysOf(r.key).lock), requests)
 
@@ -285,6 +312,7 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, re
           layout.keysOf(request.key),
           request
         ),
+      tryAcquireAll,
       renew: (requests) =>
         requests.length === 0
           ? Effect.succeed([])

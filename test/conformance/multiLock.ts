@@ -4,8 +4,8 @@
  */
 import { assert, describe, layer as withLayer } from "@effect/vitest"
 import type { Layer } from "effect"
-import { Effect, Fiber, Option, Random } from "effect"
-import { Lock, LockBackend, MultiLock, withLock } from "../../src/index.js"
+import { Effect, Fiber, Metric, Option, Random } from "effect"
+import { Lock, LockBackend, LockMetrics, MultiLock, withLock } from "../../src/index.js"
 
 let keySeq = 0
 const freshKeys = (label: string, n: number) => {
@@ -23,9 +23,65 @@ const occupy = (key: string, leaseMillis: number) =>
 
 const lockedOf = (keys: ReadonlyArray<string>) => Effect.all(keys.map((key) => Lock.isLocked(key)))
 
-export const runMultiLockConformance = (name: string, layer: Layer.Layer<LockBackend, unknown>) =>
+/** Multi-locks this process took in one all-or-nothing step on the backend provided. */
+const takenTogether = Effect.flatMap(
+  LockBackend,
+  (backend) =>
+    Effect.map(
+      Metric.value(LockMetrics.multiLockTogether.pipe(Metric.tagged("backend", backend.name))),
+      (state) => state.count
+    )
+)
+
+/**
+ * `together`: whether this backend takes the suite's keys (no hash tags) in one step, as memory and
+ * one Redis server do; on a cluster they lie in different slots and are taken one by one.
+ */
+export const runMultiLockConformance = (
+  name: string,
+  layer: Layer.Layer<LockBackend, unknown>,
+  options: { readonly together: boolean } = { together: true }
+) =>
   describe(`multi-lock conformance: ${name}`, () => {
     withLayer(layer, { timeout: 60_000, excludeTestServices: true })((it) => {
+      it.effect(
+        options.together
+          ? "free keys are taken together, in one all-or-nothing step; held keys reenter; a busy key falls back to waiting in order"
+          : "keys in different slots are taken one by one, never in one step",
+        () =>
+          Effect.gen(function*() {
+            const [a, b, c] = freshKeys("together", 3) as [string, string, string]
+            const step = options.together ? 1 : 0
+            const start = yield* takenTogether
+            const lease = yield* MultiLock.withLocks([a, b, c], (lease) => Effect.as(lockedOf([a, b, c]), lease))
+            assert.strictEqual(yield* takenTogether, start + step)
+            assert.deepStrictEqual(lease.leases.map((l) => l.fencingToken > 0n), [true, true, true])
+            // Held by the region: a reentry (same token); the other two are taken together.
+            const inner = yield* withLock(
+              a,
+              (outer) =>
+                MultiLock.withLocks(
+                  [a, b, c],
+                  (multi) =>
+                    Effect.succeed({ outer: outer.fencingToken, multi: multi.leases.map((l) => l.fencingToken) })
+                )
+            )
+            assert.strictEqual(inner.multi[0], inner.outer)
+            assert.isTrue((inner.multi[1] ?? 0n) > (lease.leases[1]?.fencingToken ?? 0n))
+            assert.strictEqual(yield* takenTogether, start + 2 * step)
+            // A busy key: nothing is taken in that step, and the wait goes on key by key.
+            yield* occupy(b, 300)
+            const inside = yield* MultiLock.withLocks([a, b, c], lockedOf([a, b, c]), { wait: "10 seconds" })
+            assert.deepStrictEqual(inside, [true, true, true])
+            assert.strictEqual(yield* takenTogether, start + 2 * step)
+            assert.deepStrictEqual(yield* lockedOf([a, b, c]), [false, false, false])
+            // One attempt at busy keys takes none of them.
+            yield* occupy(c, 5_000)
+            assert.isTrue(Option.isNone(yield* MultiLock.withLocksIfAvailable([a, b, c], Effect.void)))
+            assert.deepStrictEqual(yield* lockedOf([a, b]), [false, false])
+          })
+      )
+
       it.effect("withLocks holds every key while the program runs and releases them all", () =>
         Effect.gen(function*() {
           const keys = freshKeys("basic", 3)

@@ -204,13 +204,17 @@ const checked = <EK>(
 const isOwner = (u: unknown): u is { readonly owner: string | undefined } =>
   typeof u === "object" && u !== null && !(u instanceof Error) && "owner" in u
 
-/** Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. */
+/**
+ * Enter `key`, run `program` guarded by the hold, and release: the core of `withLock`. A fresh hold
+ * uses `owner` when given (a lock that `MultiLock` took together with others under that owner).
+ */
 export const runLocked = <A, E, R, E2, Busy extends undefined, EK = never>(
   key: string,
   options: ResolvedOptions,
   attempt: Attempt<E2, Busy>,
   program: Program<A, E, R>,
-  entry?: KindEntry<EK> | undefined
+  entry?: KindEntry<EK> | undefined,
+  owner?: string | undefined
 ): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError, R | LockBackend> =>
   // The backend and the region are read from the fiber synchronously: this is the hot path.
   Effect.withFiberRuntime((fiber) => {
@@ -220,11 +224,11 @@ export const runLocked = <A, E, R, E2, Busy extends undefined, EK = never>(
     const backend = enter.backend
     const reentered = findHold(region, backend, key)
     if (reentered !== undefined) return reenter(reentered, program, fiber)
-    const owner = checked(enter.check, region, enter.base, key)
-    if (!isOwner(owner)) return Effect.fail(owner)
+    const checkedOwner = checked(enter.check, region, enter.base, key)
+    if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
     return Effect.uninterruptibleMask((restore) =>
       Effect.flatMap(
-        acquireFresh(backend, key, options, attempt, restore, undefined, fiber, owner.owner),
+        acquireFresh(backend, key, options, attempt, restore, undefined, fiber, checkedOwner.owner ?? owner),
         (hold): Effect.Effect<A | Busy, E | E2 | LockLostError, R> => {
           if (hold === undefined) return Effect.succeed(hold as Busy)
           return Effect.flatMap(
@@ -241,7 +245,8 @@ export const enterScoped = <E, Busy extends undefined, EK = never>(
   key: string,
   options: ResolvedOptions,
   attempt: Attempt<E, Busy>,
-  entry?: KindEntry<EK> | undefined
+  entry?: KindEntry<EK> | undefined,
+  owner?: string | undefined
 ): Effect.Effect<Lease | Busy, E | EK | LockBackendError, LockBackend | Scope.Scope> =>
   Effect.withFiberRuntime((fiber) => {
     const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
@@ -256,10 +261,10 @@ export const enterScoped = <E, Busy extends undefined, EK = never>(
         metrics.count(metrics.reentries, backend.labels)
         return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
       }
-      const owner = checked(enter.check, region, enter.base, key)
-      if (!isOwner(owner)) return Effect.fail(owner)
+      const checkedOwner = checked(enter.check, region, enter.base, key)
+      if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
       return Effect.flatMap(
-        acquireFresh(backend, key, options, attempt, restore, scope, fiber, owner.owner),
+        acquireFresh(backend, key, options, attempt, restore, scope, fiber, checkedOwner.owner ?? owner),
         (hold): Effect.Effect<Lease | Busy> =>
           hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
             // The rest of the scope is the hold's region: joiners of this fiber see it too. When the

@@ -9,19 +9,32 @@
  * `withLocks` nests one `withLock` per key around the program: a loss of any key interrupts the
  * program (through that key's guard) and the whole fails with that key's `LockLostError`; the
  * program starts only once every key is held.
+ *
+ * Taken together: where the backend can take the keys in one step (`tryAcquireAll`: memory, one
+ * Redis server, or one cluster slot), the first attempt takes every key not already held by the
+ * region in one all-or-nothing round trip, and the nested holds are then made from its grants
+ * without another call. Only when that attempt finds a key busy (or fibers of this process already
+ * queue for one) does a waiting multi-lock fall back to the ordered, one-by-one path above; a
+ * single attempt (`tryAcquire`, `withLocksIfAvailable`) just reports the keys busy, holding none.
  */
-import type { Scope } from "effect"
-import { Effect, ExecutionStrategy, Exit, Option } from "effect"
+import type { Fiber, Scope } from "effect"
+import { Context, Effect, ExecutionStrategy, Exit, Option } from "effect"
 import * as Scope_ from "effect/Scope"
 import type { Lease } from "../../Lock.js"
 import { LockBackend } from "../../LockBackend.js"
+import type { LockRequest } from "../../LockBackend.js"
 import type { LockBackendError, LockLostError } from "../../LockError.js"
 import { LockOptionsError } from "../../LockError.js"
+import type { Backend } from "../backend/make.js"
+import { backendOf } from "../backend/make.js"
 import type { Attempt } from "../lock/enter.js"
-import { enterScoped, runLocked } from "../lock/enter.js"
+import { enterScoped, once, runLocked } from "../lock/enter.js"
 import type { ResolvedOptions } from "../lock/options.js"
 import { validateKeyFor } from "../lock/options.js"
+import { currentRegion, findHold, newOwnerId } from "../lock/region.js"
+import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
+import type { Acquired } from "../waiting/acquire.js"
 
 /** The leases of a multi-lock, one per key, in the order the keys were taken (sorted). */
 export interface MultiLease {
@@ -74,12 +87,130 @@ const makeMultiLease = (keys: ReadonlyArray<string>, leases: ReadonlyArray<Lease
 const remainingOptions = (options: ResolvedOptions, deadline: number, now: number): ResolvedOptions =>
   options.waitMillis === Infinity ? options : { ...options, waitMillis: Math.max(0, Math.floor(deadline - now)) }
 
+/** A key that the all-or-nothing attempt took: its owner and grant, until a hold claims it. */
+interface Grant {
+  readonly owner: string
+  readonly acquired: Acquired
+  claimed: boolean
+}
+
+/**
+ * Every key of `keys` that the region does not hold yet, taken in one step if the backend can and
+ * none of them has local waiters: the grants by key, `"busy"` when a key was busy (nothing taken),
+ * or `undefined` when the keys cannot be taken together here (the caller goes one by one).
+ */
+const takeTogether = (
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  keys: ReadonlyArray<string>,
+  options: ResolvedOptions
+):
+  | { readonly backend: Backend; readonly taking: Effect.Effect<Map<string, Grant> | "busy", LockBackendError> }
+  | undefined =>
+{
+  const backend = backendOf(Context.unsafeGet(fiber.currentContext, LockBackend))
+  const tryAcquireAll = backend.primitives.tryAcquireAll
+  if (tryAcquireAll === undefined || backend.isClosing()) return undefined
+  const region = fiber.getFiberRef(currentRegion)
+  const fresh = keys.filter((key) => findHold(region, backend, key) === undefined)
+  if (fresh.length < 2 || fresh.some((key) => backend.queue.waitersOn(key) > 0)) return undefined
+  const requests: Array<LockRequest> = fresh.map((key) => ({
+    key,
+    owner: newOwnerId(),
+    leaseMillis: options.leaseMillis,
+    fencing: options.fencing,
+    waiting: false
+  }))
+  const call = tryAcquireAll(requests)
+  if (call === undefined) return undefined
+  const taking = Effect.flatMap(nowMillis, (startedAt) =>
+    Effect.map(call, (result) => {
+      if (result._tag === "Busy") return "busy" as const
+      const grants = new Map<string, Grant>()
+      requests.forEach((request, i) => {
+        const fencingToken = result.fencingTokens[i] ?? 0n
+        grants.set(request.key, {
+          owner: request.owner,
+          acquired: { fencingToken, startedAt, attempts: 1, via: "free" },
+          claimed: false
+        })
+      })
+      metrics.count(metrics.multiLockTogether, backend.labels)
+      return grants
+    }))
+  return { backend, taking }
+}
+
+/** An attempt that hands out the grant of its key (once), or makes `otherwise`'s attempt. */
+const granted = <E, Busy extends undefined>(
+  grants: Map<string, Grant>,
+  otherwise: Attempt<E, Busy>
+): Attempt<E, Busy> =>
+(backend, request, options, restore) => {
+  const grant = grants.get(request.key)
+  if (grant === undefined || grant.claimed || grant.owner !== request.owner) {
+    return otherwise(backend, request, options, restore)
+  }
+  grant.claimed = true
+  return Effect.succeed(grant.acquired)
+}
+
+/** Give back the grants no hold claimed (the multi-lock was interrupted or failed in between). */
+const releaseUnclaimed = (backend: Backend, grants: Map<string, Grant>): Effect.Effect<void> =>
+  Effect.forEach(
+    Array.from(grants).filter(([, grant]) => !grant.claimed),
+    ([key, grant]) =>
+      Effect.catchAll(
+        backend.release(key, grant.owner),
+        (error) =>
+          Effect.logWarning(`Releasing lock "${key}" failed (${error.message}); its lease will expire on its own`)
+      ),
+    { discard: true }
+  )
+
+/**
+ * Take the keys together if the backend can (see `takeTogether`), then go `through` the keys with
+ * an attempt that uses those grants; when they cannot be taken together go through them one by one
+ * with `attempt`, and when a key was busy report `Busy` to a single attempt.
+ */
+const together = <A, E, R, E2, Busy extends undefined>(
+  keys: ReadonlyArray<string>,
+  options: ResolvedOptions,
+  attempt: Attempt<E2, Busy>,
+  through: (attempt: Attempt<E2, Busy>, ownerOf: (key: string) => string | undefined) => Effect.Effect<A | Busy, E, R>
+): Effect.Effect<A | Busy, E | LockBackendError, R> =>
+  Effect.withFiberRuntime((fiber) => {
+    const taken = takeTogether(fiber, keys, options)
+    if (taken === undefined) return through(attempt, () => undefined)
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(taken.taking, (grants): Effect.Effect<A | Busy, E | LockBackendError, R> => {
+        if (grants === "busy") {
+          return attempt === (once as Attempt<unknown, undefined>)
+            ? Effect.succeed(undefined as Busy)
+            : restore(through(attempt, () => undefined))
+        }
+        return Effect.onExit(
+          restore(through(granted(grants, attempt), (key) => grants.get(key)?.owner)),
+          () => releaseUnclaimed(taken.backend, grants)
+        )
+      })
+    )
+  })
+
 /** `withLocks`: every key, in order, around the program. */
 export const runWithLocks = <A, E, R, E2, Busy extends undefined>(
   keys: ReadonlyArray<string>,
   options: ResolvedOptions,
   attempt: Attempt<E2, Busy>,
   program: MultiProgram<A, E, R>
+): Effect.Effect<A | Busy, E | E2 | LockBackendError | LockLostError, R | LockBackend> =>
+  together(keys, options, attempt, (attempt, ownerOf) => oneByOne(keys, options, attempt, program, ownerOf))
+
+const oneByOne = <A, E, R, E2, Busy extends undefined>(
+  keys: ReadonlyArray<string>,
+  options: ResolvedOptions,
+  attempt: Attempt<E2, Busy>,
+  program: MultiProgram<A, E, R>,
+  ownerOf: (key: string) => string | undefined
 ): Effect.Effect<A | Busy, E | E2 | LockBackendError | LockLostError, R | LockBackend> =>
   Effect.flatMap(nowMillis, (start) => {
     const deadline = start + options.waitMillis
@@ -97,7 +228,9 @@ export const runWithLocks = <A, E, R, E2, Busy extends undefined>(
             keys[i] as string,
             remainingOptions(options, deadline, now),
             attempt,
-            (lease: Lease) => Effect.map(step(i + 1, [...leases, lease]), (result) => ({ result }))
+            (lease: Lease) => Effect.map(step(i + 1, [...leases, lease]), (result) => ({ result })),
+            undefined,
+            ownerOf(keys[i] as string)
           ),
           // A busy key (one attempt) ends the whole: the keys taken so far are released on the way out.
           (taken) => taken === undefined ? (undefined as Busy) : taken.result
@@ -115,6 +248,14 @@ export const acquireAll = <E, Busy extends undefined>(
   options: ResolvedOptions,
   attempt: Attempt<E, Busy>
 ): Effect.Effect<MultiLease | Busy, E | LockBackendError, LockBackend | Scope.Scope> =>
+  together(keys, options, attempt, (attempt, ownerOf) => acquireOneByOne(keys, options, attempt, ownerOf))
+
+const acquireOneByOne = <E, Busy extends undefined>(
+  keys: ReadonlyArray<string>,
+  options: ResolvedOptions,
+  attempt: Attempt<E, Busy>,
+  ownerOf: (key: string) => string | undefined
+): Effect.Effect<MultiLease | Busy, E | LockBackendError, LockBackend | Scope.Scope> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const outer = yield* Effect.scope
@@ -124,7 +265,9 @@ export const acquireAll = <E, Busy extends undefined>(
       const leases: Array<Lease> = []
       for (const key of keys) {
         const now = yield* nowMillis
-        const taken = yield* restore(enterScoped(key, remainingOptions(options, deadline, now), attempt)).pipe(
+        const taken = yield* restore(
+          enterScoped(key, remainingOptions(options, deadline, now), attempt, undefined, ownerOf(key))
+        ).pipe(
           Effect.provideService(Scope_.Scope, inner),
           Effect.onExit((exit) => Exit.isFailure(exit) ? Scope_.close(inner, exit) : Effect.void)
         )

@@ -4,6 +4,7 @@
  */
 import { Option } from "effect"
 import type {
+  AcquireAllResult,
   AcquireResult,
   HandOverResult,
   LockInfo,
@@ -53,6 +54,51 @@ export const renew = defineScript({
     }
     return results
   }
+})
+
+/** The tokens of an `acquire-all.lua` reply `{1, token, …}`, one per lock; `undefined` if malformed. */
+const tokensOf = (reply: ReadonlyArray<unknown>, locks: number): ReadonlyArray<bigint> | undefined => {
+  if (reply.length !== locks + 1) return undefined
+  const tokens: Array<bigint> = []
+  for (const value of reply.slice(1)) {
+    if (!isToken(value)) return undefined
+    tokens.push(BigInt(value))
+  }
+  return tokens
+}
+
+/** Every lock of `requests` (their keys in `keys`, in order) or none, in one script. */
+export const acquireAll = defineScript({
+  name: "acquire-all",
+  encode: (keys: ReadonlyArray<RedisKeys>, requests: ReadonlyArray<LockRequest>) =>
+    [
+      keys.flatMap((k) => [k.lock, k.token]),
+      [
+        String(requests[0]?.leaseMillis ?? 0),
+        requests[0]?.fencing === true ? "1" : "0",
+        ...requests.map((r) => r.owner)
+      ]
+    ] as const,
+  decode: (reply): AcquireAllResult | undefined => {
+    if (!Array.isArray(reply)) return undefined
+    const [status, index, ttl] = reply as [unknown, unknown, unknown]
+    if (status === 1) {
+      const fencingTokens = tokensOf(reply, reply.length - 1)
+      return fencingTokens === undefined ? undefined : { _tag: "Acquired", fencingTokens }
+    }
+    if (status === 0 && typeof index === "number" && typeof ttl === "number" && reply.length === 3) {
+      return { _tag: "Busy", index: index - 1, ttlMillis: ttl < 0 ? undefined : ttl }
+    }
+    return undefined
+  }
+})
+
+/** The owner-checked release of several locks: undoes an `acquireAll` whose reply was lost. */
+export const releaseAll = defineScript({
+  name: "release-all",
+  encode: (keys: ReadonlyArray<RedisKeys>, owners: ReadonlyArray<string>) =>
+    [keys.flatMap((k) => [k.lock, k.channel]), [unlockMessage, keys[0]?.publish ?? "publish", ...owners]] as const,
+  decode: (reply): number | undefined => typeof reply === "number" ? reply : undefined
 })
 
 export const release = defineScript({
@@ -110,6 +156,8 @@ export const inspect = defineScript({
 /** Every script the backend loads when it starts. */
 export const all: ReadonlyArray<Script<never, unknown>> = [
   acquire,
+  acquireAll,
+  releaseAll,
   renew,
   release,
   handOver,
