@@ -6,6 +6,7 @@ import { best, dec, failedRows, floorName, holdMillis, int, mib, ok, peers, rati
 import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
+import { replicaSyncSection } from "./scenarios/replicaSync.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import { fairHandoffSection, memorySection, promiseSection, readHeavySection, scaleSection } from "./sections.js"
 import { renderTargets, targetContext, targets } from "./targets.js"
@@ -392,6 +393,7 @@ ${memorySection(results)}
 ${scaleSection(results)}
 ${readHeavySection(results)}
 ${fairHandoffSection(results)}
+${replicaSyncSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 

@@ -7,6 +7,7 @@ import type { PromiseResult } from "./scenarios/promise.js"
 import type { RawResult } from "./scenarios/raw.js"
 import type { ReadHeavyResult } from "./scenarios/readHeavy.js"
 import type { ReentrantResult } from "./scenarios/reentrant.js"
+import type { ReplicaSyncResult } from "./scenarios/replicaSync.js"
 import type { ScaleResult } from "./scenarios/scale.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import type { WaitersResult } from "./scenarios/waiters.js"
@@ -65,6 +66,8 @@ export interface BenchResults {
   readonly readHeavy?: ReadonlyArray<Outcome<ReadHeavyResult>> | undefined
   /** The hand-off scenario with FairLock next to the mutex. */
   readonly fairHandoff?: ReadonlyArray<Outcome<FairHandoffResult>> | undefined
+  /** Serial acquire + release on a master with a replica, replica sync off and on. */
+  readonly replicaSync?: Outcome<ReplicaSyncResult> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

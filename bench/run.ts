@@ -7,7 +7,7 @@
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
  * - `BENCH_SCENARIOS`: comma-separated subset of
- *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff`.
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -39,6 +39,7 @@ import { floorDistinctRound, floorSerialRound, loadAcquire, median, redisBenchma
 import type { ReadHeavyLock } from "./scenarios/readHeavy.js"
 import { readHeavy } from "./scenarios/readHeavy.js"
 import { reentrant } from "./scenarios/reentrant.js"
+import { replicaSync } from "./scenarios/replicaSync.js"
 import { scale as scaleScenario } from "./scenarios/scale.js"
 import type { SerialRound } from "./scenarios/serial.js"
 import { combineSerial, SERIAL_ROUNDS, serialRound } from "./scenarios/serial.js"
@@ -65,7 +66,8 @@ const scenarioNames = [
   "memory",
   "scale",
   "readheavy",
-  "fairhandoff"
+  "fairhandoff",
+  "replicas"
 ] as const
 type ScenarioName = typeof scenarioNames[number]
 
@@ -423,6 +425,13 @@ const main = async () => {
       if (outcome !== undefined) fairHandoffOutcomes.push(outcome)
     }
 
+    // l: replica sync off and on, on a master and replica of its own.
+    const replicaSyncOutcome = await single(
+      "replicas",
+      replicaSync(ctx),
+      (r) => `p50 off ${fixed(r.off.latency.p50, 1)} µs, on ${fixed(r.on.latency.p50, 1)} µs`
+    )
+
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
@@ -448,6 +457,7 @@ const main = async () => {
       atScale: scaleOutcome,
       readHeavy: readHeavyOutcomes,
       fairHandoff: fairHandoffOutcomes,
+      replicaSync: replicaSyncOutcome,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }
