@@ -1,7 +1,8 @@
 /**
  * effect-lock and Redisson exclude each other on the same lock name. The test plays a Redisson
- * client by running Redisson's own RLock scripts (tryLockInnerAsync and unlockInnerAsync, Redisson
- * 3.x) with Redisson's lock-name field `<client uuid>:<thread id>`.
+ * client by running Redisson 4.7's own RLock scripts, copied verbatim (tryLockInnerAsync,
+ * unlockInnerAsync with the unlock latch and the publish command as an argument, and the batched
+ * watchdog renewal of renewal/LockTask) with Redisson's lock-name field `<client uuid>:<thread id>`.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option, Schedule } from "effect"
@@ -13,13 +14,12 @@ import type { RedisServer } from "../support/redisServer.js"
 import { skipRedis, startRedisServer } from "../support/redisServer.js"
 import { admin, cmd, eventually } from "./helpers.js"
 
-/** RedissonLock.tryLockInnerAsync: KEYS[1] lock; ARGV[1] lease ms, ARGV[2] lock name. nil = acquired. */
-const redissonTryLock = "if (redis.call('exists', KEYS[1]) == 0) then " +
-  "redis.call('hincrby', KEYS[1], ARGV[2], 1); " +
-  "redis.call('pexpire', KEYS[1], ARGV[1]); " +
-  "return nil; " +
-  "end; " +
-  "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then " +
+/**
+ * RedissonLock.tryLockInnerAsync (Redisson 4.7): KEYS[1] lock; ARGV[1] lease ms, ARGV[2] lock name.
+ * nil = acquired, otherwise the holder's PTTL.
+ */
+const redissonTryLock = "if ((redis.call('exists', KEYS[1]) == 0) " +
+  "or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then " +
   "redis.call('hincrby', KEYS[1], ARGV[2], 1); " +
   "redis.call('pexpire', KEYS[1], ARGV[1]); " +
   "return nil; " +
@@ -27,22 +27,43 @@ const redissonTryLock = "if (redis.call('exists', KEYS[1]) == 0) then " +
   "return redis.call('pttl', KEYS[1]);"
 
 /**
- * RedissonLock.unlockInnerAsync: KEYS[1] lock, KEYS[2] channel; ARGV[1] unlock message (0),
- * ARGV[2] lease ms, ARGV[3] lock name. 1 = released, 0 = still held, nil = not held.
+ * RedissonLock.unlockInnerAsync (Redisson 4.7, with the unlock latch): KEYS[1] lock, KEYS[2]
+ * channel, KEYS[3] unlock latch; ARGV[1] unlock message (0), ARGV[2] lease ms, ARGV[3] lock name,
+ * ARGV[4] publish command, ARGV[5] latch timeout. 1 = released, 0 = still held, nil = not held.
  */
-const redissonUnlock = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then " +
+const redissonUnlock = "local val = redis.call('get', KEYS[3]); " +
+  "if val ~= false then " +
+  "return tonumber(val);" +
+  "end; " +
+  "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then " +
   "return nil;" +
   "end; " +
   "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); " +
   "if (counter > 0) then " +
   "redis.call('pexpire', KEYS[1], ARGV[2]); " +
+  "redis.call('set', KEYS[3], 0, 'px', ARGV[5]); " +
   "return 0; " +
   "else " +
   "redis.call('del', KEYS[1]); " +
-  "redis.call('publish', KEYS[2], ARGV[1]); " +
+  "redis.call(ARGV[4], KEYS[2], ARGV[1]); " +
+  "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); " +
   "return 1; " +
+  "end; "
+
+/**
+ * renewal/LockTask (Redisson 4.7's watchdog, many locks in one script): KEYS locks; ARGV[1] lease
+ * ms, then one lock name per lock. 1 = renewed, 0 = that lock name is not in the lock.
+ */
+const redissonLockTask = "local result = {} " +
+  "for i = 1, #KEYS, 1 do " +
+  "if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then " +
+  "redis.call('pexpire', KEYS[i], ARGV[1]); " +
+  "table.insert(result, 1); " +
+  "else " +
+  "table.insert(result, 0); " +
   "end; " +
-  "return nil;"
+  "end; " +
+  "return result;"
 
 /** RedissonObject.prefixName: how Redisson names a lock's channel and token counter. */
 const prefixName = (kind: string, name: string) => name.includes("{") ? `${kind}:${name}` : `${kind}:{${name}}`
@@ -56,17 +77,25 @@ const redisson = (redis: Redis, name: string) => {
   return {
     lockName,
     tryLock: cmd<number | null>(redis, "EVAL", redissonTryLock, 1, name, redissonLease, lockName),
-    unlock: cmd<number | null>(
-      redis,
-      "EVAL",
-      redissonUnlock,
-      2,
-      name,
-      prefixName("redisson_lock__channel", name),
-      0,
-      redissonLease,
-      lockName
-    )
+    // Each unlock is a new request: a latch of its own (Redisson's getUnlockLatchName(requestId)).
+    unlock: Effect.suspend(() =>
+      cmd<number | null>(
+        redis,
+        "EVAL",
+        redissonUnlock,
+        3,
+        name,
+        prefixName("redisson_lock__channel", name),
+        `${prefixName("redisson_unlock_latch", name)}:${randomUUID()}`,
+        0,
+        redissonLease,
+        lockName,
+        "publish",
+        10_000
+      )
+    ),
+    /** The watchdog's batched renewal of this lock (one lock of the batch). */
+    renew: Effect.suspend(() => cmd<Array<number>>(redis, "EVAL", redissonLockTask, 1, name, redissonLease, lockName))
   }
 }
 
@@ -119,6 +148,7 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
       const java = redisson(redis, prefix + key)
       assert.isNull(yield* java.tryLock)
       assert.isNull(yield* java.tryLock)
+      assert.deepStrictEqual(yield* java.renew, [1], "Redisson's watchdog renews its own hold")
       assert.strictEqual(yield* java.unlock, 0, "still held once")
       const timeout = yield* Effect.flip(withLock(key, Effect.void, { wait: "300 millis" }))
       assert.strictEqual(timeout._tag, "LockTimeoutError")
@@ -144,6 +174,7 @@ describe.skipIf(skipRedis())("Redisson interop", () => {
           assert.isTrue(pttl! > 0 && pttl! <= 10_000, `positive PTTL (${pttl})`)
           assert.deepStrictEqual(yield* cmd(redis, "HGETALL", name), [lease.owner, "1"])
           assert.isNull(yield* java.unlock, "Redisson cannot unlock what it does not hold")
+          assert.deepStrictEqual(yield* java.renew, [0], "nor renew it")
           assert.isTrue(yield* Lock.isLocked(key))
         }), { lease: "10 seconds" })
 

@@ -1,8 +1,9 @@
 /**
  * effect-lock's ReadWriteLock and Redisson 4.7's RedissonReadLock/RedissonWriteLock share one name:
  * they exclude and wake each other. The test plays a Redisson client by running Redisson's own
- * scripts, copied verbatim from redisson/redisson (RedissonReadLock.java and RedissonWriteLock.java:
- * tryLockInnerAsync, unlockInnerAsync with the unlock latch and the publish command as an argument;
+ * scripts, copied verbatim from redisson/redisson (RedissonReadLock.java and RedissonWriteLock.java as
+ * of the renewal scheduler: tryLockInnerAsync through syncedEvalNoRetry, unlockInnerAsync with the
+ * unlock latch, the publish command as an argument and nil for an unlock of a free lock;
  * renewal/ReadLockTask.java and renewal/LockTask.java: the batched watchdog renewals), with
  * Redisson's lock name `<client uuid>:<thread id>` (`:write` for the write lock).
  */
@@ -49,7 +50,7 @@ const redissonReadUnlock = "local val = redis.call('get', KEYS[5]); " +
   "if (mode == false) then " +
   "redis.call(ARGV[3], KEYS[2], ARGV[1]); " +
   "redis.call('set', KEYS[5], 1, 'px', ARGV[4]); " +
-  "return 1; " +
+  "return nil; " +
   "end; " +
   "local lockExists = redis.call('hexists', KEYS[1], ARGV[2]); " +
   "if (lockExists == 0) then " +
@@ -117,7 +118,7 @@ const redissonWriteUnlock = "local val = redis.call('get', KEYS[3]); " +
   "if (mode == false) then " +
   "redis.call(ARGV[4], KEYS[2], ARGV[1]); " +
   "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); " +
-  "return 1; " +
+  "return nil; " +
   "end;" +
   "if (mode == 'write') then " +
   "local lockExists = redis.call('hexists', KEYS[1], ARGV[3]); " +
