@@ -7,6 +7,7 @@ import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
 import { replicaSyncSection } from "./scenarios/replicaSync.js"
+import { semaphoreSection } from "./scenarios/semaphore.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import { fairHandoffSection, memorySection, promiseSection, readHeavySection, scaleSection } from "./sections.js"
 import { renderTargets, targetContext, targets } from "./targets.js"
@@ -394,6 +395,7 @@ ${scaleSection(results)}
 ${readHeavySection(results)}
 ${fairHandoffSection(results)}
 ${replicaSyncSection(results)}
+${semaphoreSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 

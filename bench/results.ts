@@ -9,6 +9,7 @@ import type { ReadHeavyResult } from "./scenarios/readHeavy.js"
 import type { ReentrantResult } from "./scenarios/reentrant.js"
 import type { ReplicaSyncResult } from "./scenarios/replicaSync.js"
 import type { ScaleResult } from "./scenarios/scale.js"
+import type { SemaphoreResult } from "./scenarios/semaphore.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import type { WaitersResult } from "./scenarios/waiters.js"
 
@@ -68,6 +69,8 @@ export interface BenchResults {
   readonly fairHandoff?: ReadonlyArray<Outcome<FairHandoffResult>> | undefined
   /** Serial acquire + release on a master with a replica, replica sync off and on. */
   readonly replicaSync?: Outcome<ReplicaSyncResult> | undefined
+  /** 64 fibers sharing 8 permits of one semaphore, every library's semaphore. */
+  readonly semaphore?: ReadonlyArray<SemaphoreResult> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

@@ -7,7 +7,7 @@
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
  * - `BENCH_SCENARIOS`: comma-separated subset of
- *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas`.
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas,semaphore`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -41,6 +41,7 @@ import { readHeavy } from "./scenarios/readHeavy.js"
 import { reentrant } from "./scenarios/reentrant.js"
 import { replicaSync } from "./scenarios/replicaSync.js"
 import { scale as scaleScenario } from "./scenarios/scale.js"
+import { semaphore } from "./scenarios/semaphore.js"
 import type { SerialRound } from "./scenarios/serial.js"
 import { combineSerial, SERIAL_ROUNDS, serialRound } from "./scenarios/serial.js"
 import { waiters } from "./scenarios/waiters.js"
@@ -67,7 +68,8 @@ const scenarioNames = [
   "scale",
   "readheavy",
   "fairhandoff",
-  "replicas"
+  "replicas",
+  "semaphore"
 ] as const
 type ScenarioName = typeof scenarioNames[number]
 
@@ -432,6 +434,11 @@ const main = async () => {
       (r) => `p50 off ${fixed(r.off.latency.p50, 1)} µs, on ${fixed(r.on.latency.p50, 1)} µs`
     )
 
+    // m: every selected library's semaphore.
+    const semaphoreResults = runs("semaphore")
+      ? await Effect.runPromise(semaphore(ctx, selected.map((library) => library.name)))
+      : undefined
+
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
@@ -458,6 +465,7 @@ const main = async () => {
       readHeavy: readHeavyOutcomes,
       fairHandoff: fairHandoffOutcomes,
       replicaSync: replicaSyncOutcome,
+      semaphore: semaphoreResults,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }
