@@ -57,15 +57,27 @@ export const makeSubscriptions = (
         ? subscriber.subscribe(...channels)
         : subscriber.unsubscribe(...channels)
 
+    // A (un)subscription gets the command budget, like every call: one whose reply never comes (a
+    // cluster client's subscriber caught between two slot maps) must not hold a waiter that leaves,
+    // or the layer's close, forever. Interruptible even where the caller is not, as in connection.ts.
+    const bounded = (command: "subscribe" | "unsubscribe", channels: ReadonlyArray<string>) =>
+      Effect.tryPromise({ try: () => send(command, channels), catch: (error) => error }).pipe(
+        Effect.interruptible,
+        Effect.timeoutFail({
+          duration: connections.commandTimeout,
+          onTimeout: () => new Error(`no reply within the command timeout (${connections.commandTimeout} ms)`)
+        })
+      )
+
     const subscribeChannels = (channels: ReadonlyArray<string>) =>
-      channels.length === 0 ? Effect.void : Effect.tryPromise(() => send("subscribe", channels)).pipe(
+      channels.length === 0 ? Effect.void : bounded("subscribe", channels).pipe(
         Effect.tap(() =>
           Effect.sync(() => {
             for (const channel of channels) live.add(channel)
           })
         ),
         Effect.asVoid,
-        Effect.catchAll((error) => logFailure(sharded ? "SSUBSCRIBE" : "SUBSCRIBE", channels)(error.error))
+        Effect.catchAll(logFailure(sharded ? "SSUBSCRIBE" : "SUBSCRIBE", channels))
       )
 
     const onMessage = (channel: string) => {
@@ -102,9 +114,9 @@ export const makeSubscriptions = (
           wanted.delete(key)
           const channel = layout.channelOf(key)
           live.delete(channel)
-          return Effect.tryPromise(() => send("unsubscribe", [channel])).pipe(
+          return bounded("unsubscribe", [channel]).pipe(
             Effect.asVoid,
-            Effect.catchAll((error) => logFailure(sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", [channel])(error.error))
+            Effect.catchAll(logFailure(sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", [channel]))
           )
         }),
       notifications: queue,
