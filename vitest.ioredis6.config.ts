@@ -1,0 +1,28 @@
+/**
+ * The Redis and cluster suites again, with `ioredis` resolved to ioredis 6 (the dev dependency
+ * `ioredis6`, an npm alias of ioredis@6): the backend's own connections (`import("ioredis")` in
+ * src/internal/redis/connection.ts), the tests' admin clients and the user-built clients are all
+ * ioredis 6, whose default protocol is RESP3. `npm run test:ioredis6`.
+ */
+import { defineConfig, mergeConfig } from "vitest/config"
+import base from "./vitest.config.js"
+
+export default mergeConfig(
+  base,
+  defineConfig({
+    resolve: { alias: [{ find: /^ioredis$/, replacement: "ioredis6" }] },
+    test: {
+      env: { VITEST_IOREDIS_MAJOR: "6" },
+      include: [
+        "test/ioredis-version.test.ts",
+        "test/redis/conformance.test.ts",
+        "test/redis/redisson-interop.test.ts",
+        "test/redis/hand-over.test.ts",
+        "test/cluster/backend.test.ts",
+        "test/cluster/conformance.test.ts",
+        "test/cluster/failover.test.ts",
+        "test/cluster/redisson-interop.test.ts"
+      ]
+    }
+  })
+)
