@@ -5,6 +5,7 @@
 import { best, dec, failedRows, floorName, holdMillis, int, mib, ok, peers, ratio, subject, table } from "./format.js"
 import type { BenchResults } from "./results.js"
 import { isFailed } from "./results.js"
+import { clusterSection } from "./scenarios/cluster.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
 import { replicaSyncSection } from "./scenarios/replicaSync.js"
 import { semaphoreSection } from "./scenarios/semaphore.js"
@@ -396,6 +397,7 @@ ${readHeavySection(results)}
 ${fairHandoffSection(results)}
 ${replicaSyncSection(results)}
 ${semaphoreSection(results)}
+${clusterSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 

@@ -1,4 +1,5 @@
 /** The shape of one bench run, as the report reads it. */
+import type { ClusterResult } from "./scenarios/cluster.js"
 import type { DistinctResult } from "./scenarios/distinct.js"
 import type { FairHandoffResult } from "./scenarios/fairHandoff.js"
 import type { HandoffResult } from "./scenarios/handoff.js"
@@ -71,6 +72,8 @@ export interface BenchResults {
   readonly replicaSync?: Outcome<ReplicaSyncResult> | undefined
   /** 64 fibers sharing 8 permits of one semaphore, every library's semaphore. */
   readonly semaphore?: ReadonlyArray<SemaphoreResult> | undefined
+  /** 64 fibers on distinct keys on a 3-master Redis Cluster (optional: older runs have none). */
+  readonly cluster?: ReadonlyArray<Outcome<ClusterResult>> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

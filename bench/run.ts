@@ -7,7 +7,7 @@
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
  * - `BENCH_SCENARIOS`: comma-separated subset of
- *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas,semaphore`.
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas,semaphore,cluster`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -24,6 +24,8 @@ import { backgroundErrors, libraries } from "./peers.js"
 import { renderHeadline, renderMarkdown } from "./report.js"
 import type { BenchResults, Machine, Outcome } from "./results.js"
 import { isFailed } from "./results.js"
+import type { ClusterResult } from "./scenarios/cluster.js"
+import { cluster as clusterScenario, describeCluster } from "./scenarios/cluster.js"
 import type { BenchContext } from "./scenarios/common.js"
 import { describeFailure } from "./scenarios/common.js"
 import type { DistinctRound } from "./scenarios/distinct.js"
@@ -69,7 +71,8 @@ const scenarioNames = [
   "readheavy",
   "fairhandoff",
   "replicas",
-  "semaphore"
+  "semaphore",
+  "cluster"
 ] as const
 type ScenarioName = typeof scenarioNames[number]
 
@@ -438,6 +441,18 @@ const main = async () => {
     const semaphoreResults = runs("semaphore")
       ? await Effect.runPromise(semaphore(ctx, selected.map((library) => library.name)))
       : undefined
+    // n. Redis Cluster: a cluster of its own, the libraries that take an ioredis Cluster.
+    const clusterOutcomes: Array<Outcome<ClusterResult>> = []
+    if (runs("cluster")) {
+      t = now()
+      const selectedName = (name: string) => libraryFilter === undefined || libraryFilter.includes(name)
+      const exit = await Effect.runPromiseExit(clusterScenario(ctx, selectedName))
+      if (exit._tag === "Success") clusterOutcomes.push(...exit.value)
+      else clusterOutcomes.push({ library: "cluster", error: failure(exit) })
+      for (const r of clusterOutcomes) {
+        report("cluster", r.library, isFailed(r) ? `FAILED: ${r.error}` : describeCluster(r), t)
+      }
+    }
 
     const results: BenchResults = {
       date: new Date().toISOString(),
@@ -466,6 +481,7 @@ const main = async () => {
       fairHandoff: fairHandoffOutcomes,
       replicaSync: replicaSyncOutcome,
       semaphore: semaphoreResults,
+      cluster: clusterOutcomes,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }
