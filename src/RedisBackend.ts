@@ -447,8 +447,9 @@ export const layerConfig = (
  * key), and the channel patterns of the release notifications. Give it to `ACL SETUSER` after
  * `reset on >password`. The backend checks at startup (Redis 7.0+) that its user has every part
  * of it and otherwise fails with a `LockBackendError` naming what is missing. With `replicas: true`
- * the rule also grants `WAIT` and `WAITAOF`, which replica sync needs (not part of the startup
- * check). See docs/redis.md.
+ * the rule also grants `WAIT`, which replica sync needs, and with `replicas: "aof"` `WAITAOF` too
+ * (Redis 7.2+: older servers refuse the rule); the startup check does not ask about them. See
+ * docs/redis.md.
  *
  * @example
  * ```ts
@@ -463,11 +464,12 @@ export const layerConfig = (
  * @category acl
  */
 export const aclRule = (
-  options: { readonly prefix?: string | undefined; readonly replicas?: boolean | undefined } = {}
-): ReadonlyArray<string> =>
-  options.replicas === true
-    ? [...acl.aclRule(options.prefix ?? ""), "+wait", "+waitaof"]
-    : acl.aclRule(options.prefix ?? "")
+  options: { readonly prefix?: string | undefined; readonly replicas?: boolean | "aof" | undefined } = {}
+): ReadonlyArray<string> => {
+  const rule = acl.aclRule(options.prefix ?? "")
+  if (options.replicas === "aof") return [...rule, "+wait", "+waitaof"]
+  return options.replicas === true ? [...rule, "+wait"] : rule
+}
 
 /**
  * This module as a namespace, so that both `import { RedisBackend } from "effect-lock/RedisBackend"`

@@ -232,6 +232,40 @@ describe.skipIf(skip)("RedisBackend replica sync", () => {
       )
     }))
 
+  it.scopedLive("ACL: aclRule({ replicas: true }) lets replica sync run WAIT; without it WAIT is refused", () =>
+    Effect.gen(function*() {
+      const { master, masterAdmin } = yield* masterAndReplica()
+      const prefix = "acl:"
+      const setUser = (name: string, rule: ReadonlyArray<string>) =>
+        cmd(masterAdmin, "ACL", "SETUSER", name, "reset", "on", ">secret", ...rule)
+      yield* setUser("with-wait", RedisBackend.aclRule({ prefix, replicas: true }))
+      yield* setUser("without-wait", RedisBackend.aclRule({ prefix }))
+      const url = (user: string) => `redis://${user}:secret@${master.host}:${master.port}`
+      const replicas = { sync: 1, timeout: "1 second" } as const
+
+      const allowed = yield* RedisBackend.make({ url: url("with-wait"), prefix, replicas })
+      assert.strictEqual(yield* withLock(freshKey("acl"), Effect.succeed("in")).pipe(on(allowed)), "in")
+
+      const key = freshKey("acl")
+      const { error, logs } = yield* captureLogs((logs) =>
+        Effect.gen(function*() {
+          const refused = yield* RedisBackend.make({ url: url("without-wait"), prefix, replicas })
+          const error = yield* Effect.flip(withLock(key, Effect.void, { wait: 0 }).pipe(on(refused)))
+          return { error, logs }
+        })
+      )
+      assertUnconfirmed(error, key)
+      assert.isTrue(
+        logs.some((line) => line.includes("Redis refused WAIT") && line.includes("NOPERM")),
+        logs.join("\n")
+      )
+      yield* eventually(
+        Effect.map(cmd<number>(masterAdmin, "EXISTS", prefix + key), (n) => n === 0),
+        10_000,
+        "the release"
+      )
+    }))
+
   it.effect("bad replica options fail with LockOptionsError and connect nowhere", () =>
     Effect.gen(function*() {
       // Nothing listens on port 1: connecting would fail with a LockBackendError instead.
