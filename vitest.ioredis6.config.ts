@@ -21,7 +21,10 @@ export default mergeConfig(
         "test/cluster/backend.test.ts",
         "test/cluster/conformance.test.ts",
         "test/cluster/failover.test.ts",
-        "test/cluster/redisson-interop.test.ts"
+        "test/cluster/redisson-interop.test.ts",
+        "test/redis/replica-sync.test.ts",
+        "test/sentinel/sentinel.test.ts",
+        "test/sentinel/failover.test.ts"
       ]
     }
   })
