@@ -13,11 +13,20 @@
  * one proxy per worker) and builds its layer from their (proxied) URLs.
  */
 import type { Duration, Effect, Layer } from "effect"
+import * as FairLock from "../src/FairLock.js"
 import { withLock } from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
-import type { LockBackendError, LockLostError, LockOptionsError, LockTimeoutError } from "../src/LockError.js"
+import type {
+  LockBackendError,
+  LockLostError,
+  LockOptionsError,
+  LockTimeoutError,
+  LockUpgradeError
+} from "../src/LockError.js"
 import * as MultiLock from "../src/MultiLock.js"
+import * as ReadWriteLock from "../src/ReadWriteLock.js"
 import { RedisBackend } from "../src/RedisBackend.js"
+import { RedlockBackend } from "../src/RedlockBackend.js"
 import * as Semaphore from "../src/Semaphore.js"
 
 /** What a body gets from the kind: the grant's token and its guard. */
@@ -31,7 +40,8 @@ export interface KindOptions {
   readonly wait: Duration.DurationInput
 }
 
-export type KindError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
+/** `LockUpgradeError` only from a read lock asking for the write lock, which no campaign does. */
+export type KindError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError | LockUpgradeError
 
 export interface ChaosKind {
   readonly name: string
@@ -57,6 +67,16 @@ export const kinds: Readonly<Record<string, ChaosKind>> = {
     describe: "Lock.withLock (Redisson's RLock)",
     withLock: (key, options, body) => withLock(key, (lease) => body(lease), options)
   },
+  fair: {
+    name: "fair",
+    describe: "FairLock.withLock (Redisson's RedissonFairLock)",
+    withLock: (key, options, body) => FairLock.withLock(key, (lease) => body(lease), options)
+  },
+  write: {
+    name: "write",
+    describe: "ReadWriteLock.withWriteLock (Redisson's RedissonWriteLock)",
+    withLock: (key, options, body) => ReadWriteLock.withWriteLock(key, (lease) => body(lease), options)
+  },
   semaphore: {
     name: "semaphore",
     describe: "Semaphore.withPermits of 1 permit out of 1 (Redisson's RPermitExpirableSemaphore)",
@@ -80,5 +100,11 @@ export const backends: Readonly<Record<string, ChaosBackend>> = {
     describe: "RedisBackend on one redis-server",
     servers: 1,
     layer: (urls) => RedisBackend.layer({ url: urls[0], commandTimeout: "1 second" })
+  },
+  redlock: {
+    name: "redlock",
+    describe: "RedlockBackend over three independent redis-servers (quorum 2)",
+    servers: 3,
+    layer: (urls) => RedlockBackend.layer({ nodes: urls, commandTimeout: "1 second" })
   }
 }
