@@ -73,10 +73,10 @@ export interface LockLibrary {
   readonly open: (url: string) => Effect.Effect<LockClient, LockFailure, Scope.Scope>
 }
 
-const Redlock = RedlockModule as typeof RedlockClass
+export const Redlock = RedlockModule as typeof RedlockClass
 
 // Read from disk: not every package exports its `package.json`.
-const versionOf = (pkg: string): string => {
+export const versionOf = (pkg: string): string => {
   const path = pkg === "effect-lock" ? "../package.json" : `../node_modules/${pkg}/package.json`
   const { version } = JSON.parse(readFileSync(new URL(path, import.meta.url), "utf8")) as { version: string }
   return version.replace(/^v/, "")
@@ -84,12 +84,12 @@ const versionOf = (pkg: string): string => {
 
 /** Problems that surfaced outside any `withLock` (ioredis error events, late releases). */
 export const backgroundErrors: Array<string> = []
-const record = (library: string) => (error: unknown) => {
+export const record = (library: string) => (error: unknown) => {
   backgroundErrors.push(`${library}: ${error instanceof Error ? error.message : String(error)}`)
 }
 
 /** A plain ioredis client, as the peers' READMEs create it, quit with the scope. */
-const plainClient = (library: string, url: string) =>
+export const plainClient = (library: string, url: string) =>
   Effect.acquireRelease(
     Effect.tryPromise({
       try: async () => {
@@ -107,7 +107,7 @@ const plainClient = (library: string, url: string) =>
  * Promises still running after their caller gave up; `settle` waits for them (bounded), so that
  * no library's tail leaks into the next library's measurements.
  */
-const makeStragglers = (library: string) => {
+export const makeStragglers = (library: string) => {
   const pending = new Set<Promise<unknown>>()
   return {
     track: (promise: Promise<unknown>) => {
@@ -129,7 +129,7 @@ const makeStragglers = (library: string) => {
  * A promise-returning acquire as an interruptible Effect: on interruption the signal aborts it,
  * and if it succeeds anyway `late` undoes it.
  */
-const abandonable = <T>(
+export const abandonable = <T>(
   library: string,
   stragglers: ReturnType<typeof makeStragglers>,
   start: (signal: AbortSignal) => Promise<T>,

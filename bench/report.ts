@@ -10,7 +10,14 @@ import type { HandoffResult } from "./scenarios/handoff.js"
 import { replicaSyncSection } from "./scenarios/replicaSync.js"
 import { semaphoreSection } from "./scenarios/semaphore.js"
 import type { SerialResult } from "./scenarios/serial.js"
-import { fairHandoffSection, memorySection, promiseSection, readHeavySection, scaleSection } from "./sections.js"
+import {
+  fairHandoffSection,
+  memorySection,
+  promiseSection,
+  readHeavySection,
+  redlockSection,
+  scaleSection
+} from "./sections.js"
 import { renderTargets, targetContext, targets } from "./targets.js"
 
 // --- README headline ------------------------------------------------------------------------------
@@ -398,6 +405,7 @@ ${fairHandoffSection(results)}
 ${replicaSyncSection(results)}
 ${semaphoreSection(results)}
 ${clusterSection(results)}
+${redlockSection(results)}
 ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n")}\n` : ""}
 ## How to read this
 
@@ -429,6 +437,7 @@ ${problems.length > 0 ? `### Problems seen during the run\n\n${problems.join("\n
 npm run bench                                   # everything; rewrites this page and benchmarks.svg
 BENCH_LIBS=effect-lock npm run bench            # one library, printed to the console only
 BENCH_SCENARIOS=serial,handoff BENCH_SCALE=0.5 npm run bench   # a quick look at two scenarios
+BENCH_SCENARIOS=redlock npm run bench           # Redlock alone (o: its own 3 and 5 servers)
 REDIS_URL=redis://127.0.0.1:6379 npm run bench  # an existing loopback server (it gets flushed)
 \`\`\`
 

@@ -7,6 +7,7 @@ import type { MemoryResult } from "./scenarios/memory.js"
 import type { PromiseResult } from "./scenarios/promise.js"
 import type { RawResult } from "./scenarios/raw.js"
 import type { ReadHeavyResult } from "./scenarios/readHeavy.js"
+import type { RedlockResult } from "./scenarios/redlock.js"
 import type { ReentrantResult } from "./scenarios/reentrant.js"
 import type { ReplicaSyncResult } from "./scenarios/replicaSync.js"
 import type { ScaleResult } from "./scenarios/scale.js"
@@ -74,6 +75,8 @@ export interface BenchResults {
   readonly semaphore?: ReadonlyArray<SemaphoreResult> | undefined
   /** 64 fibers on distinct keys on a 3-master Redis Cluster (optional: older runs have none). */
   readonly cluster?: ReadonlyArray<Outcome<ClusterResult>> | undefined
+  /** Redlock on 3 and 5 servers: effect-lock's RedlockBackend next to redlock and RedlockMutex. */
+  readonly redlock?: ReadonlyArray<Outcome<RedlockResult>> | undefined
   /** Errors outside any measured call (ioredis error events, stragglers) and unhandled rejections. */
   readonly backgroundErrors: ReadonlyArray<string>
   readonly unhandledRejections: ReadonlyArray<string>

@@ -7,7 +7,7 @@
  * - `BENCH_SCALE`: multiply every measuring window (default 1; 0.3 for a quick look);
  * - `BENCH_LIBS`: comma-separated subset of libraries (e.g. `effect-lock`);
  * - `BENCH_SCENARIOS`: comma-separated subset of
- *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas,semaphore,cluster`.
+ *   `raw,serial,distinct,handoff,waiters,reentrant,promise,memory,scale,readheavy,fairhandoff,replicas,semaphore,cluster,redlock`.
  *
  * The docs are written only by a full run (every library and scenario, scale 1), unless
  * `BENCH_WRITE=1`; partial runs print their results and the target table to the console. Every run
@@ -40,6 +40,8 @@ import type { FloorClient, FloorResult, RawResult, RedisBenchmarkResult } from "
 import { floorDistinctRound, floorSerialRound, loadAcquire, median, redisBenchmark } from "./scenarios/raw.js"
 import type { ReadHeavyLock } from "./scenarios/readHeavy.js"
 import { readHeavy } from "./scenarios/readHeavy.js"
+import type { RedlockResult } from "./scenarios/redlock.js"
+import { redlockScenario } from "./scenarios/redlock.js"
 import { reentrant } from "./scenarios/reentrant.js"
 import { replicaSync } from "./scenarios/replicaSync.js"
 import { scale as scaleScenario } from "./scenarios/scale.js"
@@ -72,7 +74,8 @@ const scenarioNames = [
   "fairhandoff",
   "replicas",
   "semaphore",
-  "cluster"
+  "cluster",
+  "redlock"
 ] as const
 type ScenarioName = typeof scenarioNames[number]
 
@@ -454,6 +457,25 @@ const main = async () => {
       }
     }
 
+    // o: Redlock on servers of its own (3, then 5), effect-lock next to redlock and RedlockMutex.
+    let redlockOutcomes: ReadonlyArray<Outcome<RedlockResult>> = []
+    if (runs("redlock")) {
+      t = now()
+      redlockOutcomes = await Effect.runPromise(redlockScenario(ctx, libraryFilter))
+      for (const r of redlockOutcomes) {
+        report(
+          "redlock",
+          isFailed(r) ? r.library : `${r.library}, ${r.nodes} nodes`,
+          isFailed(r) ?
+            `FAILED: ${r.error}` :
+            `serial p50 ${fixed(r.serial.latency.p50, 1)} µs, CPU ${fixed(r.serial.cpuMicrosPerOp)} µs/op; 64 fibers ${
+              fixed(r.distinct.opsPerSecond)
+            } ops/s (${r.distinct.failures} failures)`,
+          t
+        )
+      }
+    }
+
     const results: BenchResults = {
       date: new Date().toISOString(),
       command: "npm run bench",
@@ -482,6 +504,7 @@ const main = async () => {
       replicaSync: replicaSyncOutcome,
       semaphore: semaphoreResults,
       cluster: clusterOutcomes,
+      redlock: redlockOutcomes,
       backgroundErrors: [...backgroundErrors],
       unhandledRejections: [...unhandledRejections]
     }

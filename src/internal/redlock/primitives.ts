@@ -5,7 +5,8 @@
  *   time left, lease - elapsed - drift, is positive. Otherwise it is released on the nodes that
  *   took it (and the calls still in flight are interrupted, which releases what they may take).
  * - fencing: the token is the largest of the quorum's counters, and every node's counter is then
- *   raised to it (`raise-token.lua`), written before anything else this backend sends that node,
+ *   raised to it (`raise-token.lua`; not sent to a node that granted with that very token, whose
+ *   counter stands there already), written before anything else this backend sends that node,
  *   so the next grant, whose quorum shares a node with this one, draws a larger token.
  * - renew: on every node; renewed when a quorum renewed. Lost when so many nodes answered "not
  *   yours" that a quorum is out of reach; otherwise a `LockBackendError` (the watchdog retries
@@ -85,10 +86,16 @@ export const makePrimitives = (
 
     const took = (result: AcquireResult) => result._tag === "Acquired"
 
-    /** Raise every node's counter to `token`, written at once (see the header), answers ignored. */
-    const raiseEverywhere = (key: string, token: bigint) => {
+    /**
+     * Raise every node's counter to `token`, written at once (see the header), answers ignored;
+     * except on the nodes that granted with exactly that token, whose counter already stands there
+     * (so a grant on nodes whose counters agree, the usual case, sends no raise at all).
+     */
+    const raiseEverywhere = (key: string, token: bigint, granted: ReadonlyArray<readonly [number, bigint]>) => {
       const tokenKey = layout.keysOf(key).token
-      for (const node of nodes) {
+      const atToken = new Set(granted.flatMap(([index, t]) => (t === token ? [index] : [])))
+      for (const [index, node] of nodes.entries()) {
+        if (atToken.has(index)) continue
         // A node that is away gets no raise: the tokens' order then rests on the other nodes.
         if (!node.connections.clear()) continue
         node.connections.batch()
@@ -142,7 +149,7 @@ export const makePrimitives = (
         if (acquired.length >= quorum && validity > 0) {
           if (!request.fencing) return { _tag: "Acquired", fencingToken: 0n }
           const token = acquired.reduce((max, [, token]) => (token > max ? token : max), 0n)
-          raiseEverywhere(request.key, token)
+          raiseEverywhere(request.key, token, acquired)
           return { _tag: "Acquired", fencingToken: token }
         }
         // Not held: undo what was taken. Calls still in flight are interrupted, and release what
