@@ -1,16 +1,19 @@
 /**
  * Least privilege on a real server: a user created with exactly `RedisBackend.aclRule` runs the
- * whole conformance suite; a user missing any one token of the rule is refused at startup with a
+ * conformance suites of every lock kind (mutex, MultiLock, ReadWriteLock, Semaphore, FairLock); a user missing any one token of the rule is refused at startup with a
  * `LockBackendError` that names that token; a user confined to one prefix cannot run a backend on
  * another; a permission revoked while the backend runs surfaces as a `LockBackendError` saying so.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Fiber, Layer } from "effect"
 import type { Redis } from "ioredis"
 import { readFileSync } from "node:fs"
-import { Lock, LockBackend, LockBackendError } from "../../src/index.js"
+import { FairLock, Lock, LockBackend, LockBackendError, Semaphore } from "../../src/index.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
+import { runFairConformance } from "../conformance/fair.js"
+import { runMultiLockConformance } from "../conformance/multiLock.js"
 import { runReadWriteConformance } from "../conformance/readWrite.js"
+import { runSemaphoreConformance } from "../conformance/semaphore.js"
 import { runConformance } from "../conformance/suite.js"
 import type { RedisServer } from "../support/redisServer.js"
 import { redisServer, skipRedis, startRedisServer } from "../support/redisServer.js"
@@ -52,6 +55,22 @@ describe.skipIf(skip)("ACL rule", () => {
       "+hset",
       "+hdel",
       "+set",
+      "+decrby",
+      "+incrby",
+      "+lindex",
+      "+lpop",
+      "+lpos",
+      "+lrange",
+      "+lrem",
+      "+rpush",
+      "+zadd",
+      "+zcard",
+      "+zincrby",
+      "+zrange",
+      "+zrangebyscore",
+      "+zrem",
+      "+zscore",
+      "+time",
       "+publish",
       "+pubsub|numsub",
       "~locks:*",
@@ -62,17 +81,32 @@ describe.skipIf(skip)("ACL rule", () => {
       "~{locks:*",
       "~redisson_rwlock:{locks:*",
       "~redisson_rwlock:locks:*",
+      "~effect_lock_permit_token:{locks:*",
+      "~effect_lock_permit_token:locks:*",
+      "~redisson_sc:{locks:*",
+      "~redisson_sc:locks:*",
+      "~redisson_lock_queue:{locks:*",
+      "~redisson_lock_queue:locks:*",
+      "~redisson_lock_timeout:{locks:*",
+      "~redisson_lock_timeout:locks:*",
       "&redisson_lock__channel:{locks:*",
       "&redisson_lock__channel:locks:*",
       "&redisson_rwlock:{locks:*",
-      "&redisson_rwlock:locks:*"
+      "&redisson_rwlock:locks:*",
+      "&redisson_sc:{locks:*",
+      "&redisson_sc:locks:*"
     ])
     // docs/redis.md shows this very rule.
     const docs = readFileSync(new URL("../../docs/redis.md", import.meta.url), "utf8")
     const block = /```text\nACL SETUSER effect-lock reset on >a-long-password\n([^`]*)```/.exec(docs)?.[1]
     assert.isDefined(block, "the rule's block in docs/redis.md")
     assert.deepStrictEqual(block?.split(/\s+/).filter((t) => t !== ""), [...rule])
-    assert.deepStrictEqual(RedisBackend.aclRule().slice(-3), ["~*", "&redisson_lock__channel:*", "&redisson_rwlock:*"])
+    assert.deepStrictEqual(RedisBackend.aclRule().slice(-4), [
+      "~*",
+      "&redisson_lock__channel:*",
+      "&redisson_rwlock:*",
+      "&redisson_sc:*"
+    ])
     assert.include(RedisBackend.aclRule({ prefix: "a*[b]?:" }), "~a\\*\\[b\\]\\?:*")
   })
 })
@@ -86,6 +120,9 @@ if (!skip) {
   }))
   runConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
   runReadWriteConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
+  runMultiLockConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
+  runSemaphoreConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
+  runFairConformance("redis as an ACL user with exactly RedisBackend.aclRule", asUser)
 }
 
 describe.skipIf(skip)("ACL: every token of the rule is needed and named when missing", () => {
@@ -132,6 +169,40 @@ describe.skipIf(skip)("ACL: every token of the rule is needed and named when mis
       assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "nothing was refused")
     }))
 
+  it.scopedLive("contended semaphores and fair locks under exactly the rule: nothing refused (ACL LOG empty)", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      yield* setUser(redis, "kinds", rule)
+      yield* cmd(redis, "ACL", "LOG", "RESET")
+      const backend = yield* RedisBackend.make({ url: userUrl(server, "kinds"), prefix })
+      const run = <A, E>(effect: Effect.Effect<A, E, LockBackend>) =>
+        Effect.provideService(effect, LockBackend, backend)
+      const pause = Effect.sleep("20 millis")
+      // Waiters subscribe (redisson_sc:{...}, each fair waiter's own channel) and are woken by the
+      // releases' PUBLISH; a fair waiter that gives up leaves the line (fair-abandon.lua).
+      const entered = yield* run(Effect.all([
+        Effect.all(
+          Array.from({ length: 3 }, () => Semaphore.withPermits("kinds-s", 1, Effect.as(pause, 1), { permits: 1 })),
+          { concurrency: "unbounded" }
+        ),
+        Effect.all(
+          Array.from({ length: 3 }, () => FairLock.withLock("kinds-f", Effect.as(pause, 1))),
+          { concurrency: "unbounded" }
+        )
+      ]))
+      assert.deepStrictEqual(entered, [[1, 1, 1], [1, 1, 1]])
+      const go = yield* Deferred.make<void>()
+      const holder = yield* run(Effect.fork(FairLock.withLock("kinds-f", Deferred.await(go))))
+      yield* Effect.sleep("50 millis")
+      const gaveUp = yield* run(Effect.flip(FairLock.withLock("kinds-f", Effect.void, { wait: "50 millis" })))
+      assert.strictEqual(gaveUp._tag, "LockTimeoutError")
+      yield* Deferred.succeed(go, void 0)
+      yield* Fiber.join(holder)
+      yield* run(Semaphore.setPermits("kinds-s", 2))
+      assert.strictEqual(yield* run(Semaphore.available("kinds-s")), 2)
+      assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "nothing was refused")
+    }))
+
   it.scopedLive("a user confined to one prefix cannot run a backend on another prefix", () =>
     Effect.gen(function*() {
       const error = yield* refusal("confined", rule, "other:")
@@ -167,5 +238,26 @@ describe.skipIf(skip)("ACL: every token of the rule is needed and named when mis
       assert.strictEqual(command.operation, "inspect")
       assert.include(command.message, "lacks an ACL permission")
       assert.include(command.message, "+pttl")
+
+      // The semaphore's and the fair lock's scripts read the server's clock first: without +time
+      // each acquisition fails at once with the refusal and what it needs, nothing taken.
+      yield* setUser(redis, "revoked", rule.filter((t) => t !== "+time"))
+      const permits = yield* Effect.flip(run(Semaphore.withPermits("acl-time-s", 1, Effect.void, { permits: 2 })))
+      assert.instanceOf(permits, LockBackendError)
+      assert.strictEqual(permits.operation, "acquire")
+      assert.include(permits.message, "lacks an ACL permission")
+      assert.include(permits.message, "a semaphore: +time")
+      const fair = yield* Effect.flip(run(FairLock.withLock("acl-time-f", Effect.void)))
+      assert.instanceOf(fair, LockBackendError)
+      assert.strictEqual(fair.operation, "acquire")
+      assert.include(fair.message, "a fair lock: +hget +hset +del +time")
+      assert.deepStrictEqual(yield* cmd(redis, "KEYS", "*acl-time-*"), [], "nothing written")
+
+      // Setting a semaphore's permits: +zcard is refused after the expired permits are read.
+      yield* setUser(redis, "revoked", rule.filter((t) => t !== "+zcard"))
+      const set = yield* Effect.flip(run(Semaphore.setPermits("acl-time-s", 3)))
+      assert.instanceOf(set, LockBackendError)
+      assert.strictEqual(set.operation, "set-permits")
+      assert.include(set.message, "+zcard")
     }))
 })

@@ -12,6 +12,7 @@
  * names the one that is missing.
  */
 import type { BackendOperation } from "../../LockError.js"
+import { fairKeysOf, ownerChannel } from "./fairScripts.js"
 import { makeKeyLayout } from "./keys.js"
 import type { RedisKeys } from "./keys.js"
 import { readWriteKeysOf, timeoutPrefix } from "./readWriteScripts.js"
@@ -39,8 +40,26 @@ const keyCommands = [
   "+hget",
   "+hset",
   "+hdel",
-  "+set"
+  "+set",
+  // The semaphore's and the fair lock's scripts: counts, timeout sets, the fair lock's line.
+  "+decrby",
+  "+incrby",
+  "+lindex",
+  "+lpop",
+  "+lpos",
+  "+lrange",
+  "+lrem",
+  "+rpush",
+  "+zadd",
+  "+zcard",
+  "+zincrby",
+  "+zrange",
+  "+zrangebyscore",
+  "+zrem",
+  "+zscore"
 ] as const
+/** Server time in the semaphore's and the fair lock's scripts (no key). */
+const serverCommands = ["+time"] as const
 /** What the scripts run on the release channel. */
 const channelCommands = ["+publish", "+pubsub|numsub"] as const
 
@@ -61,6 +80,16 @@ interface Patterns {
   readonly rwChannelKeyPlain: string
   readonly rwChannelBraced: string
   readonly rwChannelPlain: string
+  readonly permitTokenBraced: string
+  readonly permitTokenPlain: string
+  readonly semChannelKeyBraced: string
+  readonly semChannelKeyPlain: string
+  readonly semChannelBraced: string
+  readonly semChannelPlain: string
+  readonly queueBraced: string
+  readonly queuePlain: string
+  readonly fairTimeoutBraced: string
+  readonly fairTimeoutPlain: string
 }
 
 const patternsOf = (prefix: string): Patterns => {
@@ -77,7 +106,17 @@ const patternsOf = (prefix: string): Patterns => {
     rwChannelKeyBraced: `~redisson_rwlock:{${p}*`,
     rwChannelKeyPlain: `~redisson_rwlock:${p}*`,
     rwChannelBraced: `&redisson_rwlock:{${p}*`,
-    rwChannelPlain: `&redisson_rwlock:${p}*`
+    rwChannelPlain: `&redisson_rwlock:${p}*`,
+    permitTokenBraced: `~effect_lock_permit_token:{${p}*`,
+    permitTokenPlain: `~effect_lock_permit_token:${p}*`,
+    semChannelKeyBraced: `~redisson_sc:{${p}*`,
+    semChannelKeyPlain: `~redisson_sc:${p}*`,
+    semChannelBraced: `&redisson_sc:{${p}*`,
+    semChannelPlain: `&redisson_sc:${p}*`,
+    queueBraced: `~redisson_lock_queue:{${p}*`,
+    queuePlain: `~redisson_lock_queue:${p}*`,
+    fairTimeoutBraced: `~redisson_lock_timeout:{${p}*`,
+    fairTimeoutPlain: `~redisson_lock_timeout:${p}*`
   }
 }
 
@@ -97,16 +136,32 @@ export const aclRule = (prefix: string): ReadonlyArray<string> => {
       patterns.channelKeyPlain,
       patterns.suffixed,
       patterns.rwChannelKeyBraced,
-      patterns.rwChannelKeyPlain
+      patterns.rwChannelKeyPlain,
+      patterns.permitTokenBraced,
+      patterns.permitTokenPlain,
+      patterns.semChannelKeyBraced,
+      patterns.semChannelKeyPlain,
+      patterns.queueBraced,
+      patterns.queuePlain,
+      patterns.fairTimeoutBraced,
+      patterns.fairTimeoutPlain
     ]
   const channelPatterns = prefix === ""
-    ? ["&redisson_lock__channel:*", "&redisson_rwlock:*"]
-    : [patterns.channelBraced, patterns.channelPlain, patterns.rwChannelBraced, patterns.rwChannelPlain]
+    ? ["&redisson_lock__channel:*", "&redisson_rwlock:*", "&redisson_sc:*"]
+    : [
+      patterns.channelBraced,
+      patterns.channelPlain,
+      patterns.rwChannelBraced,
+      patterns.rwChannelPlain,
+      patterns.semChannelBraced,
+      patterns.semChannelPlain
+    ]
   return [
     ...connectionCommands,
     ...scriptingCommands,
     ...subscriberCommands,
     ...keyCommands,
+    ...serverCommands,
     ...channelCommands,
     ...keyPatterns,
     ...channelPatterns
@@ -116,13 +171,22 @@ export const aclRule = (prefix: string): ReadonlyArray<string> => {
 const operationNeeds: Partial<Record<BackendOperation, string>> = {
   "connect": "+info +client|setname",
   "load-scripts": "+script|load",
-  "acquire":
-    "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get (a read-write lock: +hget +hset +hdel +hgetall +set) on the lock's keys",
-  "renew": "+evalsha +eval, and +hexists +pexpire +exists (a read-write lock: +hget +hdel +pttl) on the lock's keys",
-  "release":
-    "+evalsha +eval, +hexists +hincrby +del (a read-write lock: +hget +hset +hdel +hgetall +pttl +pexpire) on the lock's keys and +publish +pubsub|numsub on its channel",
-  "force-release": "+evalsha +eval, +del on the lock's keys and +publish on its channel",
-  "inspect": "+evalsha +eval, and +pttl +hgetall on the lock",
+  "acquire": "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get" +
+    " (a read-write lock: +hget +hset +hdel +hgetall +set;" +
+    " a semaphore: +time +zrangebyscore +zrem +incrby +decrby +set +zcard +zscore +zadd +zrange, and +publish on its channel;" +
+    " a fair lock: +hget +hset +del +time +lindex +lpop +lpos +lrange +lrem +rpush +zadd +zincrby +zrange +zrem +zscore," +
+    " and +publish on its waiters' channels) on the lock's keys",
+  "renew": "+evalsha +eval, and +hexists +pexpire +exists" +
+    " (a read-write lock: +hget +hdel +pttl; a semaphore: +time +zscore +zadd) on the lock's keys",
+  "release": "+evalsha +eval, +hexists +hincrby +del" +
+    " (a read-write lock: +hget +hset +hdel +hgetall +pttl +pexpire; a semaphore: +type +zrem +incrby;" +
+    " a fair lock: +time +lindex +lpop +zadd +zrem +zscore) on the lock's keys" +
+    " and +publish +pubsub|numsub on its channel (a fair lock: the next waiter's)",
+  "force-release": "+evalsha +eval, +del (a read-write lock: +hget) on the lock's keys and +publish on its channel",
+  "inspect": "+evalsha +eval, and +pttl +hgetall on the lock" +
+    " (a semaphore: +type +time +zrangebyscore +zrem +incrby +get +zcard on its keys and +publish on its channel)",
+  "set-permits":
+    "+evalsha +eval, +type +time +zrangebyscore +zrem +zcard +set on the semaphore's keys and +publish on its channel",
   "subscribe": "+subscribe +unsubscribe on the lock's channel"
 }
 
@@ -161,6 +225,24 @@ const keyCommand = (command: string, key: string): ReadonlyArray<string> => {
       return ["hset", key, "probe", "1"]
     case "+set":
       return ["set", key, "1", "px", "1"]
+    case "+decrby":
+    case "+incrby":
+    case "+lindex":
+      return [command.slice(1), key, "0"]
+    case "+lpos":
+    case "+rpush":
+    case "+zrem":
+    case "+zscore":
+      return [command.slice(1), key, "probe"]
+    case "+lrange":
+    case "+zrange":
+    case "+zrangebyscore":
+      return [command.slice(1), key, "0", "-1"]
+    case "+lrem":
+      return ["lrem", key, "0", "probe"]
+    case "+zadd":
+    case "+zincrby":
+      return [command.slice(1), key, "1", "probe"]
     default:
       return [command.slice(1), key]
   }
@@ -188,12 +270,31 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
   const layout = makeKeyLayout(prefix)
   const plainName = "effect-lock:acl-probe"
   const bracedName = "{effect-lock:acl-probe}"
-  const pattern = (
-    braced: boolean,
-    kind: Exclude<keyof RedisKeys, "publish" | "numsub"> | "channelKey" | "suffixed" | "rwChannelKey" | "rwChannel"
-  ): string => {
+  type Kind =
+    | Exclude<keyof RedisKeys, "publish" | "numsub">
+    | "channelKey"
+    | "suffixed"
+    | "rwChannelKey"
+    | "rwChannel"
+    | "permitToken"
+    | "semChannelKey"
+    | "semChannel"
+    | "queue"
+    | "fairTimeout"
+  // A name with a `{` gets its companion keys as `kind:<name>` (the plain pattern), one without as
+  // `kind:{<name>}` (the braced pattern), as Redisson names them.
+  const pattern = (braced: boolean, kind: Kind): string => {
     if (prefix === "") {
-      return kind === "channel" ? "&redisson_lock__channel:*" : kind === "rwChannel" ? "&redisson_rwlock:*" : "~*"
+      switch (kind) {
+        case "channel":
+          return "&redisson_lock__channel:*"
+        case "rwChannel":
+          return "&redisson_rwlock:*"
+        case "semChannel":
+          return "&redisson_sc:*"
+        default:
+          return "~*"
+      }
     }
     switch (kind) {
       case "suffixed":
@@ -202,6 +303,16 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
         return braced ? patterns.rwChannelKeyPlain : patterns.rwChannelKeyBraced
       case "rwChannel":
         return braced ? patterns.rwChannelPlain : patterns.rwChannelBraced
+      case "permitToken":
+        return braced ? patterns.permitTokenPlain : patterns.permitTokenBraced
+      case "semChannelKey":
+        return braced ? patterns.semChannelKeyPlain : patterns.semChannelKeyBraced
+      case "semChannel":
+        return braced ? patterns.semChannelPlain : patterns.semChannelBraced
+      case "queue":
+        return braced ? patterns.queuePlain : patterns.queueBraced
+      case "fairTimeout":
+        return braced ? patterns.fairTimeoutPlain : patterns.fairTimeoutBraced
       case "lock":
         return patterns.lock
       case "token":
@@ -217,18 +328,26 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
     ...(habits.connectionName ? [{ command: ["client", "setname", "effect-lock"], deps: ["+client|setname"] }] : []),
     { command: ["script", "load", "return 1"], deps: ["+script|load"] },
     { command: ["eval", "return 1", "0"], deps: ["+eval"] },
-    { command: ["evalsha", checkPermissions.sha, "0"], deps: ["+evalsha"] }
+    { command: ["evalsha", checkPermissions.sha, "0"], deps: ["+evalsha"] },
+    { command: ["time"], deps: ["+time"] }
   ]
   for (const name of [plainName, bracedName]) {
     const braced = name === bracedName
     const keys = layout.keysOf(name)
     const rw = readWriteKeysOf(prefix, name)
+    const semaphore = layout.semaphoreKeysOf(name)
+    const fair = fairKeysOf(prefix, name)
     const keyKinds = [
       [keys.lock, pattern(braced, "lock")],
       [keys.token, pattern(braced, "token")],
       [keys.channel, pattern(braced, "channelKey")],
       [`${timeoutPrefix(rw, "probe")}:1`, pattern(braced, "suffixed")],
-      [rw.channel, pattern(braced, "rwChannelKey")]
+      [rw.channel, pattern(braced, "rwChannelKey")],
+      [semaphore.timeouts, pattern(braced, "suffixed")],
+      [semaphore.token, pattern(braced, "permitToken")],
+      [semaphore.channel, pattern(braced, "semChannelKey")],
+      [fair.queue, pattern(braced, "queue")],
+      [fair.timeouts, pattern(braced, "fairTimeout")]
     ] as const
     for (const command of keyCommands) {
       for (const [key, keyPattern] of keyKinds) {
@@ -244,6 +363,12 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
       questions.push({ command: channelCommand(command, keys.channel), deps })
       if (command === "+subscribe" || command === "+publish") {
         questions.push({ command: channelCommand(command, rw.channel), deps: [command, pattern(braced, "rwChannel")] })
+        questions.push({
+          command: channelCommand(command, semaphore.channel),
+          deps: [command, pattern(braced, "semChannel")]
+        })
+        // A fair lock's waiter is told on a channel of its own, under the lock's channel.
+        questions.push({ command: channelCommand(command, ownerChannel(fair, "probe")), deps })
       }
     }
   }
