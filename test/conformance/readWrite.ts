@@ -6,7 +6,8 @@ import { assert, describe, layer as withLayer } from "@effect/vitest"
 import type { Layer } from "effect"
 import { Deferred, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import { Lock, ReadWriteLock } from "../../src/index.js"
-import type { LockBackend } from "../../src/index.js"
+import { LockBackend } from "../../src/index.js"
+import { backendOf } from "../../src/internal/backend/make.js"
 
 let keySeq = 0
 const freshKey = (label: string) => `rw:${label}:${process.pid}:${Date.now()}:${++keySeq}`
@@ -201,6 +202,29 @@ export const runReadWriteConformance = (name: string, layer: Layer.Layer<LockBac
             ReadWriteLock.withReadLock(key, Effect.sleep(5_000), { lease: "300 millis", renew: false })
           )
           assert.strictEqual(lost._tag, "LockLostError")
+        }))
+
+      it.effect("a reader that stops renewing loses its lease alone, while the others renew theirs", () =>
+        Effect.gen(function*() {
+          const key = freshKey("reader-lost-alone")
+          // A reader whose process died: it took the read lock (300 ms lease) and never renews it.
+          const read = backendOf(yield* LockBackend).kinds.read
+          if (read === undefined) return yield* Effect.dieMessage("no read kind")
+          const stalled = yield* read.primitives.tryAcquire({
+            key,
+            owner: "stalled-reader",
+            leaseMillis: 300,
+            fencing: true
+          })
+          assert.strictEqual(stalled._tag, "Acquired")
+          // A live reader next to it, renewed by its watchdog for a second (its renewals must not
+          // keep the stalled reader's lease alive, as Redisson's older renewal did).
+          assert.strictEqual(
+            yield* ReadWriteLock.withReadLock(key, Effect.as(Effect.sleep(1_000), "kept"), { lease: "300 millis" }),
+            "kept"
+          )
+          // The stalled reader's lease ended long ago: a writer gets in at once.
+          assert.isTrue(Option.isSome(yield* Effect.scoped(ReadWriteLock.tryAcquireWrite(key))))
         }))
 
       it.effect("a plain lock and a read-write lock on one name: a typed error, not a silent share", () =>
