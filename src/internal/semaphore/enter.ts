@@ -122,9 +122,9 @@ const attempt = (backend: Backend, support: SemaphoreSupport, request: PermitReq
 
 /**
  * Wait for the permits: attempt at once unless fibers of this process already wait on the key
- * (then queue up behind them), and otherwise wait in the key's queue. Only its head attempts: on a
- * notification, when it becomes the head, on its retry schedule, or when the soonest held lease
- * ends. Attempts are uninterruptible; the sleeps are interruptible through `restore`.
+ * (then queue up behind them), and otherwise wait in the key's queue. Only the waiters in its
+ * window (`queue.ts`) attempt: on a notification, when they enter the window, on their retry
+ * schedule, or when the soonest held lease ends. Attempts are uninterruptible; the sleeps are interruptible through `restore`.
  */
 const waitFor = (
   backend: Backend,
@@ -169,14 +169,14 @@ const waitFor = (
       )
     if (attempts > 0 && !(yield* step(start))) return yield* timeout(start, "retries-exhausted")
     return yield* Effect.acquireUseRelease(
-      support.queue.register(request.key),
+      support.queue.register(request.key, request.permits, request.total),
       (ticket) =>
         Effect.gen(function*() {
           // A release between the first attempt and the subscription woke nobody: try again.
           let tryNow = (yield* restore(ticket.ready)) || attempts === 0
           while (true) {
             if (backend.isClosing()) return yield* closed(backend, request.key)
-            if (tryNow && ticket.isHead()) {
+            if (tryNow && ticket.inWindow()) {
               const result = yield* attempt(backend, support, request)
               attempts++
               if (result._tag === "Acquired") return result
@@ -186,7 +186,7 @@ const waitFor = (
             const now = yield* nowMillis
             if (now >= deadline) return yield* timeout(now, "wait-elapsed")
             const untilExpiry = ttl === undefined ? Infinity : ttl + 1
-            const sleep = ticket.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
+            const sleep = ticket.inWindow() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
             yield* restore(ticket.await(sleep))
             tryNow = true
           }

@@ -1,15 +1,23 @@
 /**
  * Local wait queues for semaphores, one per key, built once per backend by `LockBackend.make`.
- * Waiters on a key are served strictly in arrival order: only the head of the queue attempts, so a
+ * Waiters on a key are served in arrival order through a window at the front of the queue: the
+ * longest run of waiters, from the head, whose requests fit in the semaphore's total together
+ * (just the head when the total is unknown or the head alone asks for more). Only waiters in the
+ * window attempt. Since everyone in the window could hold their permits at the same time, a later
+ * small request that wins a race inside the window never keeps an earlier large one waiting for
+ * more than the holders outside the window; and waiters behind the window never attempt, so a
  * request for many permits is never overtaken by later requests for few in this process.
  *
- * - a notification for the key (a release, an expiry seen by a script, `setPermits`) wakes the head;
- *   if it arrives while the head's attempt is in flight, the head attempts again at once;
- * - when the head leaves (it got its permits, ran out of time or was interrupted), the next waiter
- *   becomes the head and attempts at once: the permits a release freed go to the waiters that fit,
- *   in arrival order, until one does not fit;
- * - the others sleep until they become the head (or their wait runs out): they cost the server
+ * - a notification for the key (a release, an expiry seen by a script, `setPermits`) wakes the
+ *   window; a waiter notified while its attempt is in flight attempts again at once;
+ * - when a waiter of the window leaves (it got its permits, ran out of time or was interrupted),
+ *   the waiters that enter the window attempt at once: the permits a release freed go to the
+ *   waiters that fit, in arrival order;
+ * - the others sleep until they enter the window (or their wait runs out): they cost the server
  *   nothing.
+ *
+ * The window lets up to `total` one-permit waiters attempt side by side, so a pool of 8 permits
+ * hands over 8 at a time instead of one round trip after another behind a single head.
  *
  * The key's subscription (`onFirst`/`onLast`) lasts exactly as long as the key has local waiters.
  */
@@ -23,7 +31,8 @@ export interface Ticket {
    * waiter subscribed: a release before the subscription woke nobody, so it should attempt again.
    */
   readonly ready: Effect.Effect<boolean, LockBackendError>
-  readonly isHead: () => boolean
+  /** Whether this waiter is in the window at the front of the queue (the ones that attempt). */
+  readonly inWindow: () => boolean
   /** Sleep up to `millis` (`Infinity`: no limit); `true` when woken (notified, or became the head). */
   readonly await: (millis: number) => Effect.Effect<boolean>
   /** Leave the queue (idempotent): the next waiter becomes the head. */
@@ -31,7 +40,8 @@ export interface Ticket {
 }
 
 export interface SemaphoreQueue {
-  readonly register: (key: string) => Effect.Effect<Ticket>
+  /** Queue up for `permits` of a semaphore whose total is `total` (`undefined`: unknown). */
+  readonly register: (key: string, permits: number, total: number | undefined) => Effect.Effect<Ticket>
   /** A notification for `key`: wake its head. */
   readonly notify: (key: string) => void
   /** Notifications may have been missed (a reconnect): wake every head. */
@@ -42,12 +52,15 @@ export interface SemaphoreQueue {
 }
 
 interface Waiter {
+  readonly permits: number
   woken: boolean
   parked: Deferred.Deferred<void> | undefined
 }
 
 interface KeyQueue {
   readonly waiters: Set<Waiter>
+  /** The semaphore's total as the latest waiter knew it (0: unknown, the window is the head). */
+  total: number
   subscription: "none" | "subscribing" | "subscribed"
   readonly subscribed: Deferred.Deferred<void>
 }
@@ -66,15 +79,24 @@ const wake = (waiter: Waiter) => {
   }
 }
 
-const headOf = (queue: KeyQueue): Waiter | undefined => queue.waiters.values().next().value
+/** The window: the head, and the waiters after it while all of their requests fit in the total. */
+const windowOf = (queue: KeyQueue): Array<Waiter> => {
+  const window: Array<Waiter> = []
+  let wanted = 0
+  for (const waiter of queue.waiters) {
+    wanted += waiter.permits
+    if (window.length > 0 && wanted > queue.total) break
+    window.push(waiter)
+  }
+  return window
+}
 
 export const makeSemaphoreQueue = (hooks: SemaphoreQueueHooks): SemaphoreQueue => {
   const queues = new Map<string, KeyQueue>()
 
   const notify = (key: string) => {
     const queue = queues.get(key)
-    const head = queue === undefined ? undefined : headOf(queue)
-    if (head !== undefined) wake(head)
+    if (queue !== undefined) { for (const waiter of windowOf(queue)) wake(waiter) }
   }
 
   const ticketOf = (key: string, queue: KeyQueue, waiter: Waiter): Ticket => {
@@ -94,7 +116,7 @@ export const makeSemaphoreQueue = (hooks: SemaphoreQueueHooks): SemaphoreQueue =
           ? Effect.as(Deferred.await(queue.subscribed), false)
           : Effect.succeed(false)
       ),
-      isHead: () => headOf(queue) === waiter,
+      inWindow: () => windowOf(queue).includes(waiter),
       await: (millis) =>
         Effect.suspend(() => {
           if (waiter.woken) {
@@ -133,10 +155,11 @@ export const makeSemaphoreQueue = (hooks: SemaphoreQueueHooks): SemaphoreQueue =
           )
         }),
       leave: Effect.suspend(() => {
-        const wasHead = headOf(queue) === waiter
+        const before = windowOf(queue)
         if (!queue.waiters.delete(waiter)) return Effect.void
-        const next = headOf(queue)
-        if (wasHead && next !== undefined) wake(next)
+        if (before.includes(waiter)) {
+          for (const entered of windowOf(queue)) if (!before.includes(entered)) wake(entered)
+        }
         if (queue.waiters.size > 0 || queues.get(key) !== queue) return Effect.void
         queues.delete(key)
         return hooks.onLast(key)
@@ -145,14 +168,20 @@ export const makeSemaphoreQueue = (hooks: SemaphoreQueueHooks): SemaphoreQueue =
   }
 
   return {
-    register: (key) =>
+    register: (key, permits, total) =>
       Effect.sync(() => {
         let queue = queues.get(key)
         if (queue === undefined) {
-          queue = { waiters: new Set(), subscription: "none", subscribed: Deferred.unsafeMake<void>(FiberId.none) }
+          queue = {
+            waiters: new Set(),
+            total: 0,
+            subscription: "none",
+            subscribed: Deferred.unsafeMake<void>(FiberId.none)
+          }
           queues.set(key, queue)
         }
-        const waiter: Waiter = { woken: false, parked: undefined }
+        if (total !== undefined) queue.total = total
+        const waiter: Waiter = { permits, woken: false, parked: undefined }
         queue.waiters.add(waiter)
         return ticketOf(key, queue, waiter)
       }),

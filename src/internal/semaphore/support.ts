@@ -69,7 +69,12 @@ export const makeView = (backend: Backend, support: SemaphoreSupport): Backend =
           support.primitives.release(key, owner, permits),
           Effect.sync(() => support.permitsOf.delete(owner))
         ),
-        (returned) => returned > 0 ? released : notHeld
+        (returned) => {
+          // Waiters of this process learn of it now, not one pub/sub hop later (that message then
+          // wakes the head once more, which costs at most one extra attempt).
+          if (returned > 0) support.queue.notify(key)
+          return returned > 0 ? released : notHeld
+        }
       )
     })
 })
