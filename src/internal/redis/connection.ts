@@ -133,8 +133,11 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       return { error: onError, ready: onReady }
     }
 
+    // A finalizer runs uninterruptibly, where a timeout cannot stop a QUIT whose reply never comes
+    // (an ioredis 6 cluster caught mid-migration): the wait for the reply is made interruptible.
     const close = (redis: Client) =>
       Effect.tryPromise(() => redis.quit()).pipe(
+        Effect.interruptible,
         Effect.timeout(commandTimeout),
         Effect.ignore,
         Effect.ensuring(Effect.sync(() => redis.disconnect()))
