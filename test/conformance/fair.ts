@@ -42,7 +42,7 @@ export const runFairConformance = (name: string, layer: Layer.Layer<LockBackend,
           const go = yield* Deferred.make<void>()
           const holder = yield* Effect.fork(FairLock.withLock(key, Deferred.await(go)))
           yield* Effect.sleep(50)
-          const waiters: Array<Fiber.RuntimeFiber<void, unknown>> = []
+          const waiters: Array<Fiber.RuntimeFiber<unknown, unknown>> = []
           for (let i = 0; i < 6; i++) {
             waiters.push(
               yield* Effect.fork(
@@ -63,6 +63,38 @@ export const runFairConformance = (name: string, layer: Layer.Layer<LockBackend,
           for (const waiter of waiters) yield* Fiber.join(waiter)
           assert.deepStrictEqual(order, [0, 1, 2, 3, 4, 5])
           for (let i = 1; i < tokens.length; i++) assert.isTrue((tokens[i] as bigint) > (tokens[i - 1] as bigint))
+        }))
+
+      it.effect("local waiters queued behind the first are served by releases, not by their retry schedules", () =>
+        Effect.gen(function*() {
+          const key = freshKey("served-by-releases")
+          const go = yield* Deferred.make<void>()
+          const held = yield* Deferred.make<void>()
+          const holder = yield* Effect.fork(
+            FairLock.withLock(key, Effect.zipRight(Deferred.succeed(held, void 0), Deferred.await(go)))
+          )
+          yield* Deferred.await(held)
+          // A minute between retries, and each waiter arrives once the ones before it wait: the later
+          // ones queue behind the first in this process without an attempt of their own. Each must
+          // still be told its turn: a new head of the local queue takes its place in the backend's
+          // line at once, and the release before it then wakes it.
+          const order: Array<number> = []
+          const waiters: Array<Fiber.RuntimeFiber<unknown, unknown>> = []
+          for (const n of [1, 2, 3, 4]) {
+            waiters.push(
+              yield* Effect.fork(
+                FairLock.withLock(key, Effect.sync(() => order.push(n)), { retry: Schedule.spaced("60 seconds") })
+              )
+            )
+            yield* Effect.sleep(100)
+          }
+          yield* Deferred.succeed(go, void 0)
+          yield* Fiber.join(holder)
+          yield* Fiber.joinAll(waiters).pipe(Effect.timeoutFail({
+            duration: "20 seconds",
+            onTimeout: () => new Error(`only ${order.length} of 4 waiters got in`)
+          }))
+          assert.deepStrictEqual(order, [1, 2, 3, 4])
         }))
 
       it.effect("mutual exclusion under contention", () =>

@@ -167,7 +167,9 @@ const waitFor = (
                 from: woken.from
               }
             }
-            tryNow = woken !== "promoted"
+            // A kind that keeps a line of waiters in the backend (a fair lock's queue, a waiting writer's
+            // mark) gets a place in it only by an attempt: a new head makes one at once.
+            tryNow = woken !== "promoted" || (backend.abandon !== undefined && request.waiting === true)
             if (!tryNow) {
               // Promoted to head: from now on watch the clock, starting from the next schedule step.
               ttl = undefined
