@@ -4,11 +4,19 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the release channel redisson_lock__channel:{<lock>}
+-- KEYS[3]  a read-write lock's channel redisson_rwlock:{<lock>}
+-- KEYS[4]  a fair lock's queue redisson_lock_queue:{<lock>}
 -- ARGV[1]  the message to publish ("0")
 --
 -- Returns  {1, receivers}  deleted, and ARGV[1] published to that many subscribers
 --          {0, 0}          there was no lock: nothing deleted, nothing published
 --          {-1, type}      the key holds a <type>, not a lock: left alone
+--
+-- Waiters are woken where they listen: the plain lock's channel always; a read-write lock's
+-- channel when the hash has a "mode" field; and the first owner in a fair lock's queue on its own
+-- channel (<release channel>:<owner>), as a fair release tells exactly the next owner in line.
+-- The fair lock's queue and deadlines, and a read-write lock's per-reader timeout keys, are left
+-- to the scripts of those kinds, which drop what has expired.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
   return {0, 0}
@@ -16,5 +24,16 @@ end
 if kind ~= 'hash' then
   return {-1, kind}
 end
+local readWrite = redis.call('hexists', KEYS[1], 'mode') == 1
 redis.call('del', KEYS[1])
-return {1, redis.call('publish', KEYS[2], ARGV[1])}
+local receivers = redis.call('publish', KEYS[2], ARGV[1])
+if readWrite then
+  receivers = receivers + redis.call('publish', KEYS[3], ARGV[1])
+end
+if redis.call('type', KEYS[4])['ok'] == 'list' then
+  local first = redis.call('lindex', KEYS[4], 0)
+  if first then
+    receivers = receivers + redis.call('publish', KEYS[2] .. ':' .. first, ARGV[1])
+  end
+end
+return {1, receivers}

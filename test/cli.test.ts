@@ -15,6 +15,7 @@ import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from "vitest"
 import * as Lock from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
+import * as ReadWriteLock from "../src/ReadWriteLock.js"
 import * as RedisBackend from "../src/RedisBackend.js"
 import { freePort, type RedisServer, skipRedis, startRedisServer } from "./support/redisServer.js"
 
@@ -236,6 +237,35 @@ describe.skipIf(skip)("effect-lock CLI", () => {
     await waiter.runPromise(Deferred.await(got))
     await waiter.runPromise(Fiber.join(waiting))
     await holder.runPromise(Effect.ignore(Effect.promise(release)))
+  })
+
+  it("unlock --force on a read-write lock publishes on its own channel too, so a waiting writer gets in at once", async () => {
+    const holder = runtime()
+    const waiter = runtime()
+    const scope = await holder.runPromise(Scope.make())
+    await holder.runPromise(Scope.extend(ReadWriteLock.acquireRead("shared", { lease: "30 seconds" }), scope))
+    const subscriber = new Redis(server.url, { connectionName: "test-admin" }).on("error", () => {})
+    onTestFinished(() => subscriber.disconnect())
+    const messages: Array<string> = []
+    subscriber.on("message", (channel: string, message: string) => messages.push(`${channel} ${message}`))
+    await subscriber.subscribe("redisson_rwlock:{shared}")
+    const got = await waiter.runPromise(Deferred.make<void>())
+    const waiting = waiter.runFork(
+      Effect.scoped(
+        Effect.zipRight(ReadWriteLock.acquireWrite("shared", { lease: "30 seconds" }), Deferred.succeed(got, undefined))
+      )
+    )
+    // The writer listens on the read-write lock's channel (the test's subscriber is the other one).
+    while (Number(((await admin.call("PUBSUB", "NUMSUB", "redisson_rwlock:{shared}")) as Array<number>)[1]) < 2) {
+      await new Promise((r) => setTimeout(r, 20))
+    }
+    const run = await cli(["unlock", "shared", "--force", "--yes", "--url", server.url, "--json"])
+    expect(run).toMatchObject({ code: 0, stderr: "" })
+    expect(JSON.parse(run.stdout)).toMatchObject({ key: "shared", unlocked: true, woke: 2 })
+    expect(messages[0]).toBe("redisson_rwlock:{shared} 0")
+    await waiter.runPromise(Deferred.await(got))
+    await waiter.runPromise(Fiber.join(waiting))
+    await holder.runPromise(Effect.ignore(Scope.close(scope, Exit.void)))
   })
 
   it("unlock refuses without --force (2), without confirmation off a terminal (4), on a free name (3) and on data (6)", async () => {

@@ -190,7 +190,8 @@ const describeScript = defineScript({
 
 const forceUnlockScript = defineScript({
   name: "force-unlock",
-  encode: (lock: string, channel: string) => [[lock, channel], [unlockMessage]] as const,
+  encode: (lock: string, channel: string, readWriteChannel: string, queue: string) =>
+    [[lock, channel, readWriteChannel, queue], [unlockMessage]] as const,
   decode: (reply): { readonly status: -1 | 0 | 1; readonly detail: string | number } | undefined => {
     if (!Array.isArray(reply)) return undefined
     const [status, detail] = reply as [unknown, unknown]
@@ -203,7 +204,11 @@ const forceUnlockScript = defineScript({
 /** Redis keys of the lock `name` (the name as the library is given it, without the prefix). */
 const keysOf = (target: Target, name: string) => {
   const keys = makeKeyLayout(target.prefix).keysOf(name)
-  return { ...keys, queue: prefixName("redisson_lock_queue", keys.lock) }
+  return {
+    ...keys,
+    queue: prefixName("redisson_lock_queue", keys.lock),
+    readWriteChannel: prefixName("redisson_rwlock", keys.lock)
+  }
 }
 
 /** A hash is lock-shaped when each field is an owner (`<id>:<n>`) with a positive hold count, or a read-write lock's `mode`. */
@@ -300,7 +305,14 @@ export type Unlocked =
 export const forceUnlock = (connection: Connection, name: string): Effect.Effect<Unlocked, CliError> =>
   Effect.gen(function*() {
     const keys = keysOf(connection.target, name)
-    const result = yield* runCli(connection, forceUnlockScript, keys.lock, keys.channel)
+    const result = yield* runCli(
+      connection,
+      forceUnlockScript,
+      keys.lock,
+      keys.channel,
+      keys.readWriteChannel,
+      keys.queue
+    )
     if (result.status === 1) return { _tag: "Unlocked", receivers: Number(result.detail) }
     if (result.status === 0) return { _tag: "NotLocked" }
     return { _tag: "NotALock", type: String(result.detail) }

@@ -136,6 +136,7 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
     const keyspace = flags !== undefined && keyspaceEventsOn(flags)
     const db = connection.redis.options.db ?? 0
     const keyspaceHead = `__keyspace@${db}__:`
+    const readWriteHead = "redisson_rwlock:"
 
     // (name, hint): a key to describe again, and the event that said so.
     const pending = yield* Queue.unbounded<readonly [string, string | undefined]>()
@@ -148,11 +149,19 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
         if (matches.test(name)) Queue.unsafeOffer(pending, [name, message])
         return
       }
-      for (const name of layout.keysOfChannel(channel)) {
+      // A read-write lock's channel names its lock as the plain lock's channel does.
+      const released = channel.startsWith(readWriteHead)
+        ? `redisson_lock__channel:${channel.slice(readWriteHead.length)}`
+        : channel
+      for (const name of layout.keysOfChannel(released)) {
         if (matches.test(name)) Queue.unsafeOffer(pending, [name, "released"])
       }
     })
-    const patterns = ["redisson_lock__channel:*", ...(keyspace ? [`${keyspaceHead}${prefix}*`] : [])]
+    const patterns = [
+      "redisson_lock__channel:*",
+      `${readWriteHead}*`,
+      ...(keyspace ? [`${keyspaceHead}${prefix}*`] : [])
+    ]
     yield* Effect.tryPromise({
       try: () => subscriber.psubscribe(...patterns),
       catch: () =>
