@@ -104,7 +104,11 @@ export const runWorkload = (options: {
           }
           const end = process.hrtime.bigint()
           yield* Ref.update(sections, (all) => [...all, { key, backend, token, start, end, accepted }])
-        }), { lease: options.lease ?? "5 seconds", wait: "60 seconds" })
+        }).pipe(
+          // Stopping the workload must not land between an accepted write and its record (the
+          // counter would then be one ahead of the accepted sections); the body is a few ms.
+          Effect.uninterruptible
+        ), { lease: options.lease ?? "5 seconds", wait: "60 seconds" })
 
     const loop = (key: string, res: Resource, backend: number, context: Context.Context<LockBackend>) =>
       Effect.gen(function*() {

@@ -169,6 +169,9 @@ export const make = (primitives: LockPrimitives, shared = false): Effect.Effect<
         const pending = holds.size
         return stopHolds(holds).pipe(
           Effect.zipRight(Deferred.await(drained)),
+          // A finaliser runs uninterruptibly, where the timeout could not stop a release that never
+          // completes (the backend's close then hung for good): the wait is made interruptible.
+          Effect.interruptible,
           Effect.timeoutOption(SHUTDOWN_TIMEOUT_MILLIS),
           Effect.flatMap((done) =>
             Option.isSome(done) ?
