@@ -146,7 +146,9 @@ describe.skipIf(skip)("RedisBackend replica sync", () => {
   it.scopedLive("Semaphore, FairLock, ReadWriteLock: WAIT after their writes; an unconfirmed acquisition gives its hold back", () =>
     Effect.gen(function*() {
       const { master, masterAdmin, replica } = yield* masterAndReplica()
-      const backend = yield* RedisBackend.make({ url: master.url, replicas: { sync: 1, timeout: "100 millis" } })
+      // A budget a loaded machine's replica meets (100 ms was missed once under CI): the paused
+      // phase below waits it out once per acquisition, side by side.
+      const backend = yield* RedisBackend.make({ url: master.url, replicas: { sync: 1, timeout: "1 second" } })
       const semaphore = freshKey("semaphore")
       const fair = freshKey("fair")
       const readKey = freshKey("read")
