@@ -404,11 +404,15 @@ describe.skipIf(skip || !hasTmux)("effect-lock watch in a terminal (tmux)", () =
     const holder = runtime()
     const { lease, release } = await hold(holder, "tty:orders")
     const owner = Object.keys(await admin.hgetall("tty:orders"))[0]!
-    const held = await until((text) => text.includes("acquired by"), "the acquisition")
-    expect(held).toMatch(/^KEY\s+KIND\s+HOLDER\s+HOLDS\s+TTL\s+TOKEN\s+WAITERS$/m)
-    expect(held).toMatch(
-      new RegExp(`^tty:orders\\s+lock\\s+${owner}\\s+1\\s+[\\d.]+ s\\s+${lease.fencingToken}\\s+0$`, "m")
+    const header = /^KEY\s+KIND\s+HOLDER\s+HOLDS\s+TTL\s+TOKEN\s+WAITERS$/m
+    const row = new RegExp(`^tty:orders\\s+lock\\s+${owner}\\s+1\\s+[\\d.]+ s\\s+${lease.fencingToken}\\s+0$`, "m")
+    // The change line and the table row may reach the screen in different refreshes.
+    const held = await until(
+      (text) => text.includes("acquired by") && header.test(text) && row.test(text),
+      "the acquisition in the change list and in the table"
     )
+    expect(held).toMatch(header)
+    expect(held).toMatch(row)
     expect(held).toContain(`tty:orders  acquired by ${owner} (token ${lease.fencingToken})`)
 
     await release()
@@ -418,7 +422,10 @@ describe.skipIf(skip || !hasTmux)("effect-lock watch in a terminal (tmux)", () =
     await admin.hset("tty:short", "0d6c3b1a-7e2f-4a5b-8c9d-1e2f3a4b5c6d:7", "1")
     await admin.pexpire("tty:short", 400)
     await until((text) => text.includes("tty:short  acquired by"), "the short lock")
-    const expired = await until((text) => text.includes("tty:short  expired"), "the expiry")
+    const expired = await until(
+      (text) => text.includes("tty:short  expired") && text.includes("no locks held"),
+      "the expiry, and the table empty again"
+    )
     expect(expired).toContain("no locks held")
 
     tmux("send-keys", "-t", "watch", "C-c")
