@@ -228,33 +228,47 @@ export const redisSemaphore: LockLibrary = {
   waiting: "polls every 10 ms (retryInterval), gives up after 10 s (acquireTimeout)",
   reentrant: false,
   open: (url) =>
-    Effect.gen(function*() {
-      const library = "redis-semaphore"
-      const redis = yield* plainClient(library, url)
-      const stragglers = makeStragglers(library)
-      yield* Effect.addFinalizer(() => stragglers.settle)
-      const release = (mutex: Mutex) => Effect.promise(() => mutex.release().catch(record(library)))
-      return {
-        withLock: <A>(key: string, body: Effect.Effect<A>) =>
-          Effect.uninterruptibleMask((restore) =>
-            Effect.flatMap(
-              restore(abandonable(
-                library,
-                stragglers,
-                async (signal) => {
-                  const mutex = new Mutex(redis, key)
-                  await mutex.acquire(signal)
-                  return mutex
-                },
-                (mutex) => mutex.release()
-              )),
-              (mutex) => Effect.ensuring(restore(body), release(mutex))
-            )
-          ),
-        context: Context.empty()
-      } satisfies LockClient
-    })
+    Effect.flatMap(plainClient("redis-semaphore", url), (redis) => redisSemaphoreClient((key) => new Mutex(redis, key)))
 }
+
+/** What redis-semaphore's mutexes (`Mutex`, `RedlockMutex`) offer: acquire with a signal, release. */
+interface RedisSemaphoreMutex {
+  acquire(signal?: AbortSignal): Promise<void>
+  release(): Promise<void>
+}
+
+/**
+ * A client over one of redis-semaphore's mutexes, made fresh per call by `make`: `acquire()`, the
+ * body, `release()`, with an abandoned acquisition released once it completes.
+ */
+export const redisSemaphoreClient = (
+  make: (key: string) => RedisSemaphoreMutex
+): Effect.Effect<LockClient, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const library = "redis-semaphore"
+    const stragglers = makeStragglers(library)
+    yield* Effect.addFinalizer(() => stragglers.settle)
+    const release = (mutex: RedisSemaphoreMutex) => Effect.promise(() => mutex.release().catch(record(library)))
+    return {
+      withLock: <A>(key: string, body: Effect.Effect<A>) =>
+        Effect.uninterruptibleMask((restore) =>
+          Effect.flatMap(
+            restore(abandonable(
+              library,
+              stragglers,
+              async (signal) => {
+                const mutex = make(key)
+                await mutex.acquire(signal)
+                return mutex
+              },
+              (mutex) => mutex.release()
+            )),
+            (mutex) => Effect.ensuring(restore(body), release(mutex))
+          )
+        ),
+      context: Context.empty()
+    } satisfies LockClient
+  })
 
 // --- effect-distributed-lock ----------------------------------------------------------------------
 

@@ -21,7 +21,15 @@ import type * as EffectLockRedlockBackend from "../../src/RedlockBackend.js"
 import type { RedisServer } from "../../test/support/redisServer.js"
 import { startRedisServer } from "../../test/support/redisServer.js"
 import type { LockClient } from "../peers.js"
-import { abandonable, LockFailure, makeStragglers, plainClient, record, Redlock, versionOf } from "../peers.js"
+import {
+  abandonable,
+  LockFailure,
+  makeStragglers,
+  plainClient,
+  redisSemaphoreClient,
+  Redlock,
+  versionOf
+} from "../peers.js"
 import type { Failed, Outcome } from "../results.js"
 import { isFailed } from "../results.js"
 import type { BenchContext } from "./common.js"
@@ -111,32 +119,10 @@ const redisSemaphore: RedlockPeer = {
   version: versionOf("redis-semaphore"),
   usage: "`new RedlockMutex(clients, key)`, `acquire()` / `release()`, defaults",
   open: (urls) =>
-    Effect.gen(function*() {
-      const library = "redis-semaphore"
-      const clients = yield* Effect.forEach(urls, (url) => plainClient(library, url))
-      const stragglers = makeStragglers(library)
-      yield* Effect.addFinalizer(() => stragglers.settle)
-      const release = (mutex: RedlockMutex) => Effect.promise(() => mutex.release().catch(record(library)))
-      return {
-        withLock: <A>(key: string, body: Effect.Effect<A>) =>
-          Effect.uninterruptibleMask((restore) =>
-            Effect.flatMap(
-              restore(abandonable(
-                library,
-                stragglers,
-                async (signal) => {
-                  const mutex = new RedlockMutex(clients, key)
-                  await mutex.acquire(signal)
-                  return mutex
-                },
-                (mutex) => mutex.release()
-              )),
-              (mutex) => Effect.ensuring(restore(body), release(mutex))
-            )
-          ),
-        context: Context.empty()
-      } satisfies LockClient
-    })
+    Effect.flatMap(
+      Effect.forEach(urls, (url) => plainClient("redis-semaphore", url)),
+      (clients) => redisSemaphoreClient((key) => new RedlockMutex(clients, key))
+    )
 }
 
 export const redlockPeers: ReadonlyArray<RedlockPeer> = [effectLock, redlock, redisSemaphore]

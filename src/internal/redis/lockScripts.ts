@@ -39,21 +39,27 @@ export const acquire = defineScript({
   }
 })
 
+/**
+ * A batched renewal's reply, one status per request in order (1 renewed, 0 another owner holds it,
+ * -1 no lock): the reply of every kind's renew script.
+ */
+export const decodeRenewals = (reply: unknown): ReadonlyArray<RenewResult> | undefined => {
+  if (!Array.isArray(reply)) return undefined
+  const results: Array<RenewResult> = []
+  for (const status of reply) {
+    if (status === 1) results.push(renewed)
+    else if (status === 0) results.push(stolen)
+    else if (status === -1) results.push(expired)
+    else return undefined
+  }
+  return results
+}
+
 export const renew = defineScript({
   name: "renew",
   encode: (locks: ReadonlyArray<string>, requests: ReadonlyArray<LockRequest>) =>
     [locks, requests.flatMap((request) => [String(request.leaseMillis), request.owner])] as const,
-  decode: (reply): ReadonlyArray<RenewResult> | undefined => {
-    if (!Array.isArray(reply)) return undefined
-    const results: Array<RenewResult> = []
-    for (const status of reply) {
-      if (status === 1) results.push(renewed)
-      else if (status === 0) results.push(stolen)
-      else if (status === -1) results.push(expired)
-      else return undefined
-    }
-    return results
-  }
+  decode: decodeRenewals
 })
 
 /** The tokens of an `acquire-all.lua` reply `{1, token, …}`, one per lock; `undefined` if malformed. */

@@ -6,9 +6,10 @@
  * fencing counter, and one key of ours: the waiting-writer mark `{<name>}:rwlock_writer`.
  */
 import { Option } from "effect"
-import type { AcquireResult, LockInfo, LockRequest, ReleaseResult, RenewResult } from "../../LockBackend.js"
+import type { AcquireResult, LockInfo, LockRequest, ReleaseResult } from "../../LockBackend.js"
 import type { PublishCommand } from "./keys.js"
 import { prefixName, suffixName } from "./keys.js"
+import { decodeRenewals } from "./lockScripts.js"
 import type { Script } from "./scripts.js"
 import { defineScript } from "./scripts.js"
 
@@ -110,10 +111,6 @@ export const writeRelease = defineScript({
 
 export type Side = "read" | "write"
 
-const renewed: RenewResult = { _tag: "Renewed" }
-const stolen: RenewResult = { _tag: "Lost", reason: "stolen" }
-const expired: RenewResult = { _tag: "Lost", reason: "expired" }
-
 export const renew = defineScript({
   name: "rw-renew",
   encode: (side: Side, keysOf: (key: string) => ReadWriteKeys, requests: ReadonlyArray<LockRequest>) =>
@@ -128,17 +125,7 @@ export const renew = defineScript({
         side
       ])
     ] as const,
-  decode: (reply): ReadonlyArray<RenewResult> | undefined => {
-    if (!Array.isArray(reply)) return undefined
-    const results: Array<RenewResult> = []
-    for (const status of reply) {
-      if (status === 1) results.push(renewed)
-      else if (status === 0) results.push(stolen)
-      else if (status === -1) results.push(expired)
-      else return undefined
-    }
-    return results
-  }
+  decode: decodeRenewals
 })
 
 export const abandon = defineScript({

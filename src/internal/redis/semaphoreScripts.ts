@@ -2,15 +2,11 @@
  * The semaphore's scripts (`lua/semaphore-*.lua`, RedissonPermitExpirableSemaphore's layout), each
  * with its typed input and its decoded reply. The Lua files say what each returns.
  */
-import type { RenewResult } from "../../LockBackend.js"
 import type { PermitAcquireResult, PermitRequest, SemaphoreState } from "../semaphore/primitives.js"
 import type { SemaphoreKeys } from "./keys.js"
+import { decodeRenewals } from "./lockScripts.js"
 import type { Script } from "./scripts.js"
 import { defineScript } from "./scripts.js"
-
-const renewed: RenewResult = { _tag: "Renewed" }
-const stolen: RenewResult = { _tag: "Lost", reason: "stolen" }
-const expired: RenewResult = { _tag: "Lost", reason: "expired" }
 
 const isToken = (value: unknown): value is string => typeof value === "string" && /^\d+$/.test(value)
 
@@ -43,17 +39,7 @@ export const renew = defineScript({
   name: "semaphore-renew",
   encode: (timeouts: ReadonlyArray<string>, requests: ReadonlyArray<PermitRequest>) =>
     [timeouts, requests.flatMap((r) => [String(r.leaseMillis), r.owner, String(r.permits)])] as const,
-  decode: (reply): ReadonlyArray<RenewResult> | undefined => {
-    if (!Array.isArray(reply)) return undefined
-    const results: Array<RenewResult> = []
-    for (const status of reply) {
-      if (status === 1) results.push(renewed)
-      else if (status === 0) results.push(stolen)
-      else if (status === -1) results.push(expired)
-      else return undefined
-    }
-    return results
-  }
+  decode: decodeRenewals
 })
 
 export const release = defineScript({
