@@ -210,6 +210,11 @@ export const makeRenewals = (
       }
     }
 
+    const hasFiberBucket = (): boolean => {
+      for (const bucket of buckets.values()) if (bucket.fiber !== undefined && bucket.timer === undefined) return true
+      return false
+    }
+
     const open = (at: number): Bucket => {
       const bucket: Bucket = { members: new Set(), fiber: undefined, timer: undefined }
       buckets.set(at, bucket)
@@ -259,7 +264,8 @@ export const makeRenewals = (
     const untrack = () => {
       watched--
       if (watched === 0 && live) { for (const bucket of buckets.values()) bucket.timer?.unref() }
-      if (watched === 0 && !idleCheck) {
+      // Only a bucket that is a fiber keeps Node running (Node timers are unref'd above).
+      if (watched === 0 && !idleCheck && hasFiberBucket()) {
         idleCheck = true
         setImmediate(stopIdleTimers)
       }
