@@ -42,6 +42,12 @@ export interface Member {
   /** What to renew; `undefined` for a hold that only waits for its deadline (`renew: false`). */
   readonly request: LockRequest | undefined
   readonly deadline: number
+  /**
+   * From which instant renewing it is as good as at its own (renewing early only moves its next
+   * renewal earlier): the scheduler then may send it with an earlier bucket whose last batch has
+   * room. `undefined`: only at its own instant.
+   */
+  readonly earliest?: number | undefined
   /** Called in the bucket's fiber with the outcome. */
   deliver(renewal: Renewal): Effect.Effect<void>
   /** The span of the hold renewed, if traced: the renewal's span links to it. */

@@ -10,11 +10,15 @@
  * same instant and the scheduler sends them in one backend call. Renewing up to an eighth of a
  * period early costs nothing.
  *
- * The fast version of this shape: until its first renewal comes due, a hold is only a member of
- * the scheduler's bucket for that instant (a set entry, removed when the hold ends), and the
- * watchdog fiber is forked into the hold's scope by the bucket, with the first renewal's outcome,
- * when that instant comes. Most locks are held for less than a renew period; they never pay for a
- * fiber, a scope or a timer of their own.
+ * The fast version of this shape: while its renewals go well, a hold is only a member of the
+ * scheduler's bucket for its next renewal (one object per hold, `Due`, moved to the next bucket when
+ * a renewal is confirmed, removed when the hold ends). The watchdog fiber is forked into the hold's
+ * scope by the bucket, with the outcome, the first time a renewal is not confirmed (it failed, the
+ * lock was lost, the deadline passed; with `renew: false`, at the deadline), and from then on it
+ * runs the loop below until the hold ends. Most locks are held for less than a renew period, and a
+ * healthy hold never needs more: neither pays for a fiber, a scope or a timer of its own, and
+ * renewing ten thousand holds wakes no fiber per hold (each wake-up allocated a continuation that
+ * lived for a whole period, and the collector's work on those showed as event-loop delay).
  */
 import type { Tracer } from "effect"
 import { Effect, FiberRef, Scope } from "effect"
@@ -106,36 +110,54 @@ const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
 
 /**
  * Watch `hold` from now until it ends (released or lost: see `hold.ts`): its first renewal (or its
- * deadline, with `renew: false`) is scheduled, and the watchdog fiber starts when that comes due.
- * The release tells the scheduler the hold is gone once its round trip is over, so that a loop
- * that takes one lock after another never finds the backend idle in between (the scheduler would
- * stop its timers).
+ * deadline, with `renew: false`) is scheduled, and every confirmed renewal schedules the next; the
+ * watchdog fiber starts when one is not confirmed. The release tells the scheduler the hold is gone
+ * once its round trip is over, so that a loop that takes one lock after another never finds the
+ * backend idle in between (the scheduler would stop its timers).
  */
 export const watch = (hold: Hold): void => {
   const { renewals } = hold.backend
   const renewing = hold.options.renewMillis > 0
-  const at = renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline
-  const first = new FirstDue(hold, renewing)
+  const due = new Due(hold, renewing)
   renewals.track()
   metrics.count(metrics.held, hold.backend.labels)
   hold.watched = true
-  hold.firstDue = first
-  hold.firstDueAt = at
-  renewals.schedule(first, at)
+  due.scheduleAt(renewing ? nextDue(hold.acquiredAt, hold.options.renewMillis) : hold.deadline)
 }
 
-/** A hold's first renewal (or deadline) in the scheduler: one small object, no closures. */
-class FirstDue implements Member {
-  readonly deadline: number
-  constructor(readonly hold: Hold, readonly renewing: boolean) {
-    this.deadline = hold.deadline
-  }
+/**
+ * A hold in the scheduler while its renewals go well (`hold.firstDue`, in the bucket of
+ * `hold.firstDueAt`): one small object per hold, no closures, reused for every renewal.
+ */
+class Due implements Member {
+  /** The scheduler may send it with an earlier bucket, from this instant on, to fill a batch. */
+  earliest = 0
+  constructor(readonly hold: Hold, readonly renewing: boolean) {}
   get request(): LockRequest | undefined {
     return this.renewing ? this.hold.request : undefined
   }
+  get deadline(): number {
+    return this.hold.deadline
+  }
+  scheduleAt(at: number): void {
+    const { hold } = this
+    hold.firstDue = this
+    hold.firstDueAt = at
+    // Bringing a renewal forward by up to a grid step costs nothing (see `nextDue`).
+    this.earliest = this.renewing ? at - gridOf(hold.options.renewMillis) : at
+    hold.backend.renewals.schedule(this, at)
+  }
   deliver(renewal: Renewal): Effect.Effect<void> {
-    this.hold.firstDue = undefined
-    return start(this.hold, renewal)
+    const { hold } = this
+    // Still this hold's entry (not released, lost, or handed to its watchdog fiber) and renewed.
+    if (renewal._tag === "Renewed" && hold.firstDue === this && hold.state._tag === "Held") {
+      hold.deadline = renewal.startedAt + hold.options.leaseMillis - hold.options.driftMillis
+      metrics.count(metrics.renewals, hold.backend.labels)
+      this.scheduleAt(nextDue(renewal.startedAt, hold.options.renewMillis))
+      return Effect.void
+    }
+    if (hold.firstDue === this) hold.firstDue = undefined
+    return start(hold, renewal)
   }
   span(): Tracer.AnySpan | undefined {
     return this.hold.span
