@@ -138,7 +138,7 @@ export const targets = (results: BenchResults): ReadonlyArray<TargetRow> => {
       },
       {
         target: `5. ${int(scale.holds)} holds: ≤ 100 Redis round trips per renew period`,
-        measured: `${dec(scale.commandsPerRenewPeriod, 1)} commands per ${int(scale.renewPeriodMillis)} ms`,
+        measured: `${dec(scale.commandsPerRenewPeriod, 1)} commands per renewal of every hold`,
         ratio: "",
         met: scale.commandsPerRenewPeriod <= 100
       },

@@ -1,7 +1,7 @@
 /**
- * The watchdog: one fiber per hold, in the hold's scope. Each hold renews on its own period (on the
- * renewal grid, never later than the period), renewals that come due together go out as one
- * backend call, and nothing renews once a hold's scope has closed.
+ * The watchdog: each hold renews on its own period (on the renewal grid, never later than the
+ * period), renewals that come due together go out as one backend call (a call with room takes
+ * renewals due a grid step later), and nothing renews once a hold's scope has closed.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Metric, TestClock } from "effect"
@@ -61,6 +61,28 @@ describe("watchdog", () => {
       assert.strictEqual(t.calls.renew, 250, "every hold renewed once")
       assert.strictEqual(t.renewCalls.count, 3, "in batches of at most 100")
       yield* Effect.forEach(fibers, Fiber.interrupt)
+    }))
+
+  it.scoped("a call with room takes renewals of the next grid instant, and the holds renew together from then on", () =>
+    Effect.gen(function*() {
+      const t = yield* makeInstrumented
+      const hold = (key: string) =>
+        Effect.fork(withLock(key, Effect.sleep(60_000), { lease: "3 seconds" }).pipe(Effect.provide(t.layer)))
+      // Renew every second, on a 64 ms grid: 150 holds due at one instant, 50 at the next.
+      const early = yield* Effect.forEach(Array.from({ length: 150 }, (_, i) => `early:${i}`), hold)
+      yield* settle
+      yield* TestClock.adjust(64)
+      const late = yield* Effect.forEach(Array.from({ length: 50 }, (_, i) => `late:${i}`), hold)
+      yield* settle
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.renew, 200, "every hold renewed once")
+      assert.strictEqual(t.renewCalls.count, 2, "two full calls, not 100 + 50 + 50")
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      assert.strictEqual(t.calls.renew, 400, "every hold renewed twice")
+      assert.strictEqual(t.renewCalls.count, 4)
+      yield* Effect.forEach([...early, ...late], Fiber.interrupt)
     }))
 
   it.scoped("holds taken at slightly different times renew at the same grid instant", () =>

@@ -4,7 +4,9 @@
  * its renewals together, 100 to a `primitives.renew` call (as Redisson 4.7's `LockTask` renews up to
  * 100 locks in one script). Registering before the instant, rather than gathering whoever wakes at
  * it, makes the batching exact on any clock, `TestClock` included; the watchdogs' renewal grid puts
- * holds taken at about the same time into the same bucket.
+ * holds taken at about the same time into the same bucket. A bucket whose last batch has room fills
+ * it with renewals of later buckets that may go that early (`Member.earliest`: a grid step), so
+ * holds taken over a longer stretch cost one call per 100 each period, not one more per bucket.
  *
  * A member of a bucket is delivered its renewal's outcome in the bucket's fiber. A watchdog fiber
  * awaits it (`renewAt`); a hold whose watchdog has not started yet is handed it by `schedule`'s
@@ -110,13 +112,13 @@ export const makeRenewals = (
 
     const failure = (request: LockRequest, cause: unknown) =>
       new LockBackendError({ backend: primitives.name, operation: "renew", key: request.key, cause })
-    const outcomeOf = (request: LockRequest, outcome: RenewOutcome | undefined, startedAt: number): Renewal =>
+    const outcomeOf = (request: LockRequest, outcome: RenewOutcome | undefined, renewed: Renewal): Renewal =>
       outcome === undefined
         ? { _tag: "Failed", error: failure(request, new Error("the backend returned no outcome for this renewal")) }
         : outcome._tag === "LockBackendError"
         ? { _tag: "Failed", error: outcome }
         : outcome._tag === "Renewed"
-        ? { _tag: "Renewed", startedAt }
+        ? renewed
         : outcome
 
     /** Send one batch and deliver each member its outcome. */
@@ -134,6 +136,7 @@ export const makeRenewals = (
         const exit = yield* Effect.exit(traced(renewing, live))
         const now = yield* nowMillis
         metrics.time(timers.renewLatency, labels, now - startedAt)
+        const renewed: Renewal = { _tag: "Renewed", startedAt }
         yield* Effect.forEach(live, (member, i): Effect.Effect<void> => {
           if (Exit.isFailure(exit)) {
             const error = Cause.failureOption(exit.cause)
@@ -152,7 +155,7 @@ export const makeRenewals = (
                 }
             )
           }
-          return member.deliver(outcomeOf(member.request, exit.value.value[i], startedAt))
+          return member.deliver(outcomeOf(member.request, exit.value.value[i], renewed))
         }, { discard: true })
       })
 
@@ -183,12 +186,40 @@ export const makeRenewals = (
           if (member.request === undefined) waiting.push(member)
           else renewing.push(member as Member & { readonly request: LockRequest })
         }
+        fill(at, renewing)
         const sends: Array<Effect.Effect<void>> = waiting.map((member) => member.deliver(notSent))
         for (let i = 0; i < renewing.length; i += MAX_RENEW_BATCH) {
           sends.push(send(renewing.slice(i, i + MAX_RENEW_BATCH)))
         }
         return Effect.all(sends, { concurrency: "unbounded", discard: true })
       })
+
+    /**
+     * Fill the last batch of the bucket of `at` with renewals of later buckets that may go this early
+     * (`Member.earliest`), nearest first: holds taken over a stretch of time land in several buckets,
+     * and each bucket's partial last batch would cost a call of its own every period. A member brought
+     * forward renews with this bucket from then on, so the buckets merge.
+     */
+    const fill = (at: number, renewing: Array<Member & { readonly request: LockRequest }>) => {
+      let room = (MAX_RENEW_BATCH - (renewing.length % MAX_RENEW_BATCH)) % MAX_RENEW_BATCH
+      if (room === 0 || renewing.length === 0) return
+      const later: Array<number> = []
+      for (const instant of buckets.keys()) if (instant > at) later.push(instant)
+      later.sort((a, b) => a - b)
+      for (const instant of later) {
+        const members = buckets.get(instant)?.members
+        if (members === undefined) continue
+        let looked = 0
+        for (const member of members) {
+          // A bucket's members mostly share their grid: after a few that cannot go, none will.
+          if (looked++ >= MAX_RENEW_BATCH) break
+          if (member.request === undefined || member.earliest === undefined || member.earliest > at) continue
+          members.delete(member)
+          renewing.push(member as Member & { readonly request: LockRequest })
+          if (--room === 0) return
+        }
+      }
+    }
 
     const fire = (at: number, bucket: Bucket): Effect.Effect<void> =>
       Effect.zipRight(Effect.flatMap(nowMillis, (now) => sleepMillis(at - now)), due(at, bucket))
