@@ -8,11 +8,6 @@ import { defineConfig } from "vitest/config"
 import base from "./vitest.config.js"
 
 // Not mergeConfig: it would append this include list to the base one and run every test.
-// test/cluster/failover.test.ts runs only with VITEST_IOREDIS6_FAILOVER=1 (`npm run
-// test:ioredis6:failover`): on ioredis 6 it has seen a lock granted twice during a manual failover
-// and a close that never finished (docs/cluster.md, "ioredis 5 and 6"), which would hang CI.
-const failover = process.env.VITEST_IOREDIS6_FAILOVER === "1" ? ["test/cluster/failover.test.ts"] : []
-
 export default defineConfig({
   ...base,
   resolve: { alias: [{ find: /^ioredis$/, replacement: "ioredis6" }] },
@@ -26,11 +21,12 @@ export default defineConfig({
       "test/redis/hand-over.test.ts",
       "test/cluster/backend.test.ts",
       "test/cluster/conformance.test.ts",
+      "test/cluster/failover.test.ts",
+      "test/cluster/migration.test.ts",
       "test/cluster/redisson-interop.test.ts",
       "test/redis/replica-sync.test.ts",
       "test/sentinel/sentinel.test.ts",
-      "test/sentinel/failover.test.ts",
-      ...failover
+      "test/sentinel/failover.test.ts"
     ]
   }
 })

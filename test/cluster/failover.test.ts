@@ -6,19 +6,29 @@
  * schedule is one minute, so only a notification lets it in early) ride the failover.
  *
  * What must hold: no two accepted fenced writes of one key overlap and no update is lost; every
- * `withLock` that failed failed with a typed error (a holder whose lock was lost is told); the
- * long holder keeps its lock (a manual failover loses no acknowledged write); the waiter registered
- * before the failover is woken by a release after it within the documented bound (the sharded
- * subscription restored by ioredis' slot refresh, `slotsRefreshInterval` 1 s); and waiters keep
- * getting in on every key afterwards.
+ * `withLock` that failed failed with a typed error, and every write the fence refused came from a
+ * holder that was told it had lost its lock (`LockLostError`); the long holder keeps its lock (a
+ * manual failover loses no acknowledged write), and the waiter gets it only after the holder let
+ * it go, with a higher fencing token; the waiter registered before the failover is woken by that
+ * release within the documented bound (the sharded subscription restored by ioredis' slot refresh,
+ * `slotsRefreshInterval` 1 s); and waiters keep getting in on every key afterwards.
+ *
+ * The waiter may meet the switch itself: an attempt whose redirection (`MOVED`) finds the new
+ * master's connection not yet ready fails with `LockBackendError` ("Connection is closed.", the
+ * backend never resends), a typed error the caller can act on. It then waits again, as a caller
+ * would, and the count is printed.
+ *
+ * The harness fails over only a replica whose replication link is up (`redisCluster.ts` says
+ * why): a replica that has not synced yet holds none of the shard's data.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Option, Schedule } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Ref, Schedule } from "effect"
 import { Lock, withLock } from "../../src/index.js"
 import type { RedisCluster } from "../support/redisCluster.js"
 import { startRedisCluster } from "../support/redisCluster.js"
 import { clusterAdmin, clusterBackend, skipCluster } from "./helpers.js"
-import { masterMap, namesWhere, overlaps, resourceOf, runWorkload } from "./workload.js"
+import type { Section } from "./workload.js"
+import { awaitSectionsAfter, masterMap, namesWhere, overlaps, resourceOf, runWorkload, untold } from "./workload.js"
 
 /**
  * How long after a failover a waiter that was waiting before it may take to get in once the
@@ -52,26 +62,51 @@ describe.skipIf(skipCluster())("Redis Cluster: CLUSTER FAILOVER under load", () 
 
         // The long holder (backend a) and the early waiter (backend b) on `watched`.
         const release = yield* Deferred.make<void>()
-        const holding = yield* Deferred.make<void>()
+        const holding = yield* Deferred.make<bigint>()
         const holder = yield* Effect.fork(
           withLock(watched!, (lease) =>
             Effect.gen(function*() {
-              yield* Deferred.succeed(holding, void 0)
+              yield* Deferred.succeed(holding, lease.fencingToken)
               yield* Deferred.await(release)
               return yield* lease.isHeld
             }), { lease: "60 seconds" }).pipe(Effect.provide(a))
         )
-        yield* Deferred.await(holding)
+        const holderToken = yield* Deferred.await(holding)
+        const waiterFailures = yield* Ref.make<ReadonlyArray<string>>([])
         const waiter = yield* Effect.fork(
-          withLock(watched!, Effect.sync(() => process.hrtime.bigint()), {
-            retry: Schedule.spaced("1 minute"),
-            wait: "2 minutes"
-          }).pipe(Effect.provide(b))
+          withLock(
+            watched!,
+            (lease) => Effect.sync(() => ({ at: process.hrtime.bigint(), token: lease.fencingToken })),
+            {
+              retry: Schedule.spaced("1 minute"),
+              wait: "2 minutes"
+            }
+          ).pipe(
+            Effect.provide(b),
+            Effect.tapErrorTag(
+              "LockBackendError",
+              (error) => Ref.update(waiterFailures, (all) => [...all, error.message])
+            ),
+            Effect.retry({
+              while: (error) => error._tag === "LockBackendError",
+              schedule: Schedule.spaced("200 millis"),
+              times: 25
+            })
+          )
         )
 
         const stop = yield* Deferred.make<void>()
+        const recorded = yield* Ref.make<ReadonlyArray<Section>>([])
         const workload = yield* Effect.fork(
-          runWorkload({ backends: [a, b], keys, resources, resource, fibers: 2, stop: Deferred.await(stop) })
+          runWorkload({
+            backends: [a, b],
+            keys,
+            resources,
+            resource,
+            fibers: 2,
+            stop: Deferred.await(stop),
+            sections: recorded
+          })
         )
         yield* Effect.sleep(2_000)
         assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "the early waiter waits while the holder holds")
@@ -81,17 +116,34 @@ describe.skipIf(skipCluster())("Redis Cluster: CLUSTER FAILOVER under load", () 
         assert.strictEqual(to.role, "master")
         const failedOver = process.hrtime.bigint()
 
-        // The holder kept its lock through the failover; it releases now.
+        // The holder kept its lock through the failover, and the waiter is still out; the holder
+        // releases now.
+        assert.isTrue(
+          Option.isNone(yield* Fiber.poll(waiter)),
+          "the waiter must not get the lock while its holder holds it"
+        )
+        const released = process.hrtime.bigint()
         yield* Deferred.succeed(release, void 0)
         const keptIt = yield* Fiber.join(holder)
         assert.isTrue(keptIt, "a manual failover loses no acknowledged write: the holder still holds")
         const entered = yield* Fiber.join(waiter)
-        const wakeMillis = Number(entered - failedOver) / 1e6
-        console.log(`failover: early waiter in ${wakeMillis.toFixed(0)} ms after the failover completed`)
+        assert.isTrue(entered.at > released, "the waiter got in only after the holder let go")
+        assert.isTrue(entered.token > holderToken, "the waiter's fencing token is above the holder's")
+        const wakeMillis = Number(entered.at - failedOver) / 1e6
+        const waiterFailed = yield* Ref.get(waiterFailures)
+        console.log(
+          `failover: early waiter in ${
+            wakeMillis.toFixed(0)
+          } ms after the failover completed; its attempts failed ${waiterFailed.length} times (${
+            [...new Set(waiterFailed)].join("; ")
+          })`
+        )
         assert.isBelow(wakeMillis, restoreBoundMillis, "woken by a notification, not its one-minute retry")
 
-        // Waiters keep getting in after the failover.
-        yield* Effect.sleep(4_000)
+        // Waiters keep getting in afterwards: two accepted sections on every key (a lock whose
+        // release failed at the switch is free again when its 5 s lease ends), then a second more.
+        yield* awaitSectionsAfter(recorded, keys, failedOver, 2, 20_000)
+        yield* Effect.sleep(1_000)
         yield* Deferred.succeed(stop, void 0)
         const { failures, sections } = yield* Fiber.join(workload)
 
@@ -111,6 +163,15 @@ describe.skipIf(skipCluster())("Redis Cluster: CLUSTER FAILOVER under load", () 
             assert.isTrue(accepted.some((s) => s.backend === backend), `${key}: backend ${backend} got in`)
           }
         }
+        // A write the fence refused came from a holder that had lost its lock: it must have been told.
+        const notTold = untold(sections)
+        assert.strictEqual(
+          notTold.length,
+          0,
+          `refused writes whose holder was not told: ${
+            JSON.stringify(notTold.slice(0, 5), (_, v) => typeof v === "bigint" ? String(v) : v)
+          }`
+        )
         const refused = sections.filter((s) => !s.accepted).length
         console.log(
           `failover: ${sections.length} sections, ${refused} refused by the fence, failures ${

@@ -17,13 +17,14 @@
  * backend subscribes again on the new owner), and waiters get in after the move.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Option, Schedule } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Ref, Schedule } from "effect"
 import { Lock, withLock } from "../../src/index.js"
 import { hashSlot } from "../../src/internal/redis/slot.js"
 import type { RedisCluster } from "../support/redisCluster.js"
 import { startRedisCluster } from "../support/redisCluster.js"
 import { clusterAdmin, clusterBackend, skipCluster } from "./helpers.js"
-import { masterMap, namesWhere, overlaps, resourceOf, runWorkload } from "./workload.js"
+import type { Section } from "./workload.js"
+import { awaitSectionsAfter, masterMap, namesWhere, overlaps, resourceOf, runWorkload, untold } from "./workload.js"
 
 /** See failover.test.ts: well under the waiter's fallbacks (one-minute retry, 60 s lease). */
 const restoreBoundMillis = 15_000
@@ -55,26 +56,53 @@ describe.skipIf(skipCluster())("Redis Cluster: slot migration under load", () =>
         const b = yield* Layer.build(clusterBackend(cluster))
 
         const release = yield* Deferred.make<void>()
-        const holding = yield* Deferred.make<void>()
+        const holding = yield* Deferred.make<bigint>()
         const holder = yield* Effect.fork(
           withLock(watched, (lease) =>
             Effect.gen(function*() {
-              yield* Deferred.succeed(holding, void 0)
+              yield* Deferred.succeed(holding, lease.fencingToken)
               yield* Deferred.await(release)
               return yield* lease.isHeld
             }), { lease: "60 seconds", renew: "2 seconds" }).pipe(Effect.provide(a))
         )
-        yield* Deferred.await(holding)
+        const holderToken = yield* Deferred.await(holding)
+        // An attempt that meets the migrating slot may fail with LockBackendError (TRYAGAIN or
+        // MOVED beyond ioredis' redirection limit): the waiter then waits again, as a caller would.
+        const waiterFailures = yield* Ref.make<ReadonlyArray<string>>([])
         const waiter = yield* Effect.fork(
-          withLock(watched, Effect.sync(() => process.hrtime.bigint()), {
-            retry: Schedule.spaced("1 minute"),
-            wait: "2 minutes"
-          }).pipe(Effect.provide(b))
+          withLock(
+            watched,
+            (lease) => Effect.sync(() => ({ at: process.hrtime.bigint(), token: lease.fencingToken })),
+            {
+              retry: Schedule.spaced("1 minute"),
+              wait: "2 minutes"
+            }
+          ).pipe(
+            Effect.provide(b),
+            Effect.tapErrorTag(
+              "LockBackendError",
+              (error) => Ref.update(waiterFailures, (all) => [...all, error.message])
+            ),
+            Effect.retry({
+              while: (error) => error._tag === "LockBackendError",
+              schedule: Schedule.spaced("200 millis"),
+              times: 25
+            })
+          )
         )
 
         const stop = yield* Deferred.make<void>()
+        const recorded = yield* Ref.make<ReadonlyArray<Section>>([])
         const workload = yield* Effect.fork(
-          runWorkload({ backends: [a, b], keys, resources, resource, fibers: 2, stop: Deferred.await(stop) })
+          runWorkload({
+            backends: [a, b],
+            keys,
+            resources,
+            resource,
+            fibers: 2,
+            stop: Deferred.await(stop),
+            sections: recorded
+          })
         )
         yield* Effect.sleep(1_500)
         assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "the waiter waits while the holder holds")
@@ -106,15 +134,32 @@ describe.skipIf(skipCluster())("Redis Cluster: slot migration under load", () =>
         const now = yield* Effect.promise(() => cluster.masterOf(watched))
         assert.strictEqual(now.id, target.id, "the slot is served by the target")
 
+        assert.isTrue(
+          Option.isNone(yield* Fiber.poll(waiter)),
+          "the waiter must not get the lock while its holder holds it"
+        )
+        const released = process.hrtime.bigint()
         yield* Deferred.succeed(release, void 0)
         const keptIt = yield* Fiber.join(holder)
         assert.isTrue(keptIt, "the holder kept its lock through the move")
         const entered = yield* Fiber.join(waiter)
-        const wakeMillis = Number(entered - migrated) / 1e6
-        console.log(`migration: ${moved} keys moved; the waiter got in ${wakeMillis.toFixed(0)} ms after the move`)
+        assert.isTrue(entered.at > released, "the waiter got in only after the holder let go")
+        assert.isTrue(entered.token > holderToken, "the waiter's fencing token is above the holder's")
+        const wakeMillis = Number(entered.at - migrated) / 1e6
+        const waiterFailed = yield* Ref.get(waiterFailures)
+        console.log(
+          `migration: ${moved} keys moved; the waiter got in ${
+            wakeMillis.toFixed(0)
+          } ms after the move; its attempts failed ${waiterFailed.length} times (${
+            [...new Set(waiterFailed)].join("; ")
+          })`
+        )
         assert.isBelow(wakeMillis, restoreBoundMillis, "woken by a notification, not its one-minute retry")
 
-        yield* Effect.sleep(3_000)
+        // Waiters keep getting in afterwards: two accepted sections on every key (a lock whose
+        // release failed at the switch is free again when its 5 s lease ends), then a second more.
+        yield* awaitSectionsAfter(recorded, keys, migrated, 2, 20_000)
+        yield* Effect.sleep(1_000)
         yield* Deferred.succeed(stop, void 0)
         const { failures, sections } = yield* Fiber.join(workload)
 
@@ -134,6 +179,14 @@ describe.skipIf(skipCluster())("Redis Cluster: slot migration under load", () =>
             `${key}: waiters get in after the move`
           )
         }
+        const notTold = untold(sections)
+        assert.strictEqual(
+          notTold.length,
+          0,
+          `refused writes whose holder was not told: ${
+            JSON.stringify(notTold.slice(0, 5), (_, v) => typeof v === "bigint" ? String(v) : v)
+          }`
+        )
         const refused = sections.filter((s) => !s.accepted).length
         console.log(
           `migration: ${sections.length} sections, ${refused} refused by the fence, failures ${

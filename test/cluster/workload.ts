@@ -8,8 +8,9 @@
  *
  * What the checks read from it: accepted sections of one key never overlap in time (timed with
  * `process.hrtime`, one clock for the whole process), the counter equals the number of accepted
- * writes (no lost update), and every `withLock` that failed failed with a typed error, each
- * counted by tag and reason.
+ * writes (no lost update), every `withLock` that failed failed with a typed error, each counted by
+ * tag and reason, and a section the fence refused belongs to a `withLock` that failed with
+ * `LockLostError` (its holder was told).
  */
 import type { Context } from "effect"
 import type { Duration } from "effect"
@@ -28,6 +29,11 @@ export interface Section {
   readonly end: bigint
   /** Both the claim and the write were accepted by the fence. */
   readonly accepted: boolean
+  /**
+   * How its `withLock` ended: `"ok"`, or the failure's label (see `Workload.failures`); set once
+   * the `withLock` has returned.
+   */
+  outcome: string
 }
 
 /** The resource of one lock key: three keys sharing one hash tag (one slot). */
@@ -67,6 +73,14 @@ export const overlaps = (sections: ReadonlyArray<Section>): ReadonlyArray<readon
 }
 
 /**
+ * Sections the fence refused whose `withLock` returned without `LockLostError`: a holder that lost
+ * its lock and was not told. (A section whose `withLock` was still running when the workload
+ * stopped has no verdict and is left out.)
+ */
+export const untold = (sections: ReadonlyArray<Section>): ReadonlyArray<Section> =>
+  sections.filter((s) => !s.accepted && s.outcome !== "pending" && !s.outcome.startsWith("LockLostError"))
+
+/**
  * Run the workload until `stop` completes: on each backend (a built context), `fibers` fibers per
  * key, each looping `withLock(key, fenced increment)`. The counter of `resources[i]` belongs to
  * `keys[i]`.
@@ -79,13 +93,15 @@ export const runWorkload = (options: {
   readonly fibers: number
   readonly stop: Effect.Effect<void>
   readonly lease?: Duration.DurationInput | undefined
+  /** Where the sections are recorded as they end (a fresh one when not given). */
+  readonly sections?: Ref.Ref<ReadonlyArray<Section>> | undefined
 }): Effect.Effect<Workload> =>
   Effect.gen(function*() {
-    const sections = yield* Ref.make<ReadonlyArray<Section>>([])
+    const sections = options.sections ?? (yield* Ref.make<ReadonlyArray<Section>>([]))
     const failures = new Map<string, number>()
     const { resource } = options
 
-    const increment = (key: string, res: Resource, backend: number) =>
+    const increment = (key: string, res: Resource, backend: number, recorded: (section: Section) => void) =>
       withLock(key, (lease) =>
         Effect.gen(function*() {
           const token = lease.fencingToken
@@ -103,7 +119,9 @@ export const runWorkload = (options: {
             accepted = Either.isRight(written)
           }
           const end = process.hrtime.bigint()
-          yield* Ref.update(sections, (all) => [...all, { key, backend, token, start, end, accepted }])
+          const section: Section = { key, backend, token, start, end, accepted, outcome: "pending" }
+          recorded(section)
+          yield* Ref.update(sections, (all) => [...all, section])
         }).pipe(
           // Stopping the workload must not land between an accepted write and its record (the
           // counter would then be one ahead of the accepted sections); the body is a few ms.
@@ -113,12 +131,18 @@ export const runWorkload = (options: {
     const loop = (key: string, res: Resource, backend: number, context: Context.Context<LockBackend>) =>
       Effect.gen(function*() {
         for (;;) {
-          const result = yield* Effect.either(Effect.provide(increment(key, res, backend), context))
+          let section: Section | undefined
+          const result = yield* Effect.either(
+            Effect.provide(increment(key, res, backend, (s) => (section = s)), context)
+          )
           if (Either.isLeft(result)) {
             const error = result.left
             const label = error._tag === "LockLostError" ? `${error._tag}:${error.reason}` : error._tag
             failures.set(label, (failures.get(label) ?? 0) + 1)
+            if (section !== undefined) section.outcome = label
             yield* Effect.sleep(50)
+          } else if (section !== undefined) {
+            section.outcome = "ok"
           }
         }
       })
@@ -133,6 +157,30 @@ export const runWorkload = (options: {
       options.stop
     )
     return { sections: yield* Ref.get(sections), failures }
+  })
+
+/**
+ * Wait until every key of `keys` has had `count` accepted sections that started after `since`, or
+ * `maxMillis` passed (the checks then say which key fell short). A lock whose release failed at the
+ * switch stays held until its lease ends (5 s in the workload), so this takes a lease at most.
+ */
+export const awaitSectionsAfter = (
+  sections: Ref.Ref<ReadonlyArray<Section>>,
+  keys: ReadonlyArray<string>,
+  since: bigint,
+  count: number,
+  maxMillis: number
+): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + maxMillis
+    while (Date.now() < deadline) {
+      const all = yield* Ref.get(sections)
+      const done = keys.every((key) =>
+        all.filter((s) => s.key === key && s.accepted && s.start > since).length >= count
+      )
+      if (done) return
+      yield* Effect.sleep(100)
+    }
   })
 
 /** Which master serves `key`, by one topology snapshot and the slot as Redis computes it. */

@@ -6,7 +6,16 @@
  *
  * `cluster_state:ok` is not enough to start testing: for about two seconds after it the nodes
  * still disagree on who is master of what. `startRedisCluster` returns only once every node
- * reports the same roles and the same slot owners (`settled`).
+ * reports the same roles and the same slot owners (`settled`) and every replica's replication link
+ * is up (`replicated`).
+ *
+ * Agreeing on roles is not replicating: a replica asks its master for a full sync only once it
+ * knows its role, and Redis 7 waits `repl-diskless-sync-delay` (5 s by default) before sending
+ * it. A `CLUSTER FAILOVER` in that window can promote a replica that holds none of the shard's
+ * data (seen here: a lock held on the old master was free on the new one, its fencing counter
+ * back at 0, so a waiter got in with the holder's own token), and the old master then drops its
+ * data to sync from the new one. So the nodes run with `repl-diskless-sync-delay 0`, and
+ * `failover` waits until the replica's link is up before it asks.
  *
  * Two forms, like `redisServer.ts`: `redisCluster()` is a scoped Effect resource,
  * `startRedisCluster()` a plain promise for `beforeAll` / `afterAll`. Either way the processes
@@ -49,8 +58,9 @@ export interface RedisCluster {
   /** `CLUSTER KEYSLOT key`, asked of the server. */
   readonly slotOf: (key: string) => Promise<number>
   /**
-   * `CLUSTER FAILOVER` on a replica of the master serving `key`, then wait until every node
-   * agrees that the replica is master. Returns the old and the new master.
+   * `CLUSTER FAILOVER` on a replica of the master serving `key`, once that replica's replication
+   * link is up, then wait until every node agrees that the replica is master. Returns the old and
+   * the new master.
    */
   readonly failover: (key: string) => Promise<{ readonly from: ClusterNodeInfo; readonly to: ClusterNodeInfo }>
   /** Wait until every node reports `cluster_state:ok` and the same roles and slots. */
@@ -117,6 +127,9 @@ const startNodes = (scope: Scope.Scope, options: RedisClusterOptions) =>
           "2000",
           "--dir",
           dir,
+          // The replicas' first sync at once, not after Redis 7's default 5 s (see the top).
+          "--repl-diskless-sync-delay",
+          "0",
           ...(options.args ?? [])
         ]
       }))
@@ -192,7 +205,20 @@ export const startRedisCluster = async (options: RedisClusterOptions = {}): Prom
         await sleep(100)
       }
     }
+    /** Wait until the replication link of every replica (or of the replica on `port`) is up. */
+    const replicated = async (only?: number) => {
+      const deadline = Date.now() + 30_000
+      for (;;) {
+        const infos = await Promise.all(
+          (only === undefined ? ports : [only]).map((port) => call<string>(port, "INFO", "replication"))
+        )
+        if (infos.every((info) => info.includes("role:master") || info.includes("master_link_status:up"))) return
+        if (Date.now() > deadline) throw new Error("the replicas' replication links did not come up within 30 s")
+        await sleep(100)
+      }
+    }
     await settled()
+    await replicated()
 
     const topology = async () => {
       await settled()
@@ -212,6 +238,8 @@ export const startRedisCluster = async (options: RedisClusterOptions = {}): Prom
       const from = await masterOf(key)
       const to = (await topology()).find((n) => n.masterId === from.id)
       if (to === undefined) throw new Error(`master ${from.port} has no replica`)
+      // A manual failover loses nothing only from a replica that replicates (see the top).
+      await replicated(to.port)
       await call(to.port, "CLUSTER", "FAILOVER")
       const deadline = Date.now() + 30_000
       for (;;) {
