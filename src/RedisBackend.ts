@@ -226,11 +226,32 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, re
           : loadScripts(command, allScripts),
       catch: (cause) => redisError("load-scripts", undefined, cause)
     })
-    // The ACL check asks one server; on a cluster each node has its own users (not checked here).
-    if (!isCluster(command)) {
+    // The ACL check asks the server; on a cluster every master (each node has its own users).
+    const replicas = replicaSync === undefined ? undefined : replicaSync.aof ? "aof" as const : "wait" as const
+    if (isCluster(command)) {
+      const nodeOptions = command.options.redisOptions ?? {}
+      const habits = {
+        readyCheck: nodeOptions.enableReadyCheck !== false,
+        connectionName: (nodeOptions.connectionName ?? "") !== "",
+        cluster: { readyCheck: command.options.enableReadyCheck !== false },
+        replicas
+      }
+      yield* Effect.forEach(
+        command.nodes("master"),
+        (node) =>
+          verifyPermissions(
+            node,
+            options.prefix ?? "",
+            habits,
+            `${node.options.host ?? ""}:${node.options.port ?? ""}`
+          ),
+        { concurrency: "unbounded", discard: true }
+      )
+    } else {
       yield* verifyPermissions(command, options.prefix ?? "", {
         readyCheck: command.options.enableReadyCheck !== false,
-        connectionName: (command.options.connectionName ?? "") !== ""
+        connectionName: (command.options.connectionName ?? "") !== "",
+        replicas
       })
     }
     const commands = makeCommands(
@@ -448,8 +469,11 @@ export const layerConfig = (
  * `reset on >password`. The backend checks at startup (Redis 7.0+) that its user has every part
  * of it and otherwise fails with a `LockBackendError` naming what is missing. With `replicas: true`
  * the rule also grants `WAIT`, which replica sync needs, and with `replicas: "aof"` `WAITAOF` too
- * (Redis 7.2+: older servers refuse the rule); the startup check does not ask about them. See
- * docs/redis.md.
+ * (Redis 7.2+: older servers refuse the rule); the startup check asks about them when replica sync
+ * is on. With `cluster: true` it is the rule for a Redis Cluster (create the user on every node):
+ * sharded pub/sub (`SSUBSCRIBE`, `SUNSUBSCRIBE`, `SPUBLISH`, `PUBSUB SHARDNUMSUB`) instead of the
+ * plain one, and what ioredis' cluster client runs (`CLUSTER SLOTS`, `CLUSTER INFO`, `READONLY`);
+ * the startup check then asks every master. See docs/redis.md.
  *
  * @example
  * ```ts
@@ -464,9 +488,13 @@ export const layerConfig = (
  * @category acl
  */
 export const aclRule = (
-  options: { readonly prefix?: string | undefined; readonly replicas?: boolean | "aof" | undefined } = {}
+  options: {
+    readonly prefix?: string | undefined
+    readonly replicas?: boolean | "aof" | undefined
+    readonly cluster?: boolean | undefined
+  } = {}
 ): ReadonlyArray<string> => {
-  const rule = acl.aclRule(options.prefix ?? "")
+  const rule = acl.aclRule(options.prefix ?? "", { cluster: options.cluster })
   if (options.replicas === "aof") return [...rule, "+wait", "+waitaof"]
   return options.replicas === true ? [...rule, "+wait"] : rule
 }

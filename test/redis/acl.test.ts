@@ -203,6 +203,26 @@ describe.skipIf(skip)("ACL: every token of the rule is needed and named when mis
       assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "nothing was refused")
     }))
 
+  it.scopedLive("with replica sync the check asks about +wait: refused without it, started with aclRule({ replicas: true })", () =>
+    Effect.gen(function*() {
+      const redis = yield* admin(server.url)
+      const replicas = { sync: 1, timeout: "50 millis" } as const
+      yield* setUser(redis, "no-wait", rule)
+      const error = yield* Effect.scoped(
+        Effect.flip(RedisBackend.make({ url: userUrl(server, "no-wait"), prefix, replicas }))
+      )
+      assert.instanceOf(error, LockBackendError)
+      assert.strictEqual(error.operation, "check-permissions")
+      assert.include(error.message, "+wait")
+      assert.include(error.message, "RedisBackend.aclRule({ prefix: \"locks:\", replicas: true })")
+      // Without replica sync the same user starts: WAIT is not asked about.
+      yield* RedisBackend.make({ url: userUrl(server, "no-wait"), prefix })
+      yield* setUser(redis, "with-wait", RedisBackend.aclRule({ prefix, replicas: true }))
+      yield* cmd(redis, "ACL", "LOG", "RESET")
+      yield* RedisBackend.make({ url: userUrl(server, "with-wait"), prefix, replicas })
+      assert.deepStrictEqual(yield* cmd(redis, "ACL", "LOG"), [], "nothing was refused")
+    }))
+
   it.scopedLive("a user confined to one prefix cannot run a backend on another prefix", () =>
     Effect.gen(function*() {
       const error = yield* refusal("confined", rule, "other:")

@@ -21,10 +21,18 @@ import { defineScript } from "./scripts.js"
 
 /** The commands run by the connections themselves (ioredis' ready check and CLIENT SETNAME). */
 const connectionCommands = ["+info", "+client|setname"] as const
+/**
+ * What an ioredis `Cluster` runs on its own: `CLUSTER SLOTS` to learn (and refresh) the slot map,
+ * `CLUSTER INFO` as its ready check (unless `enableReadyCheck: false`), and `READONLY` on every
+ * connection it opens to a replica (refused quietly, but each refusal lands in `ACL LOG`).
+ */
+const clusterCommands = ["+cluster|slots", "+cluster|info", "+readonly"] as const
 /** Loading and running the scripts (EVAL after a NOSCRIPT). */
 const scriptingCommands = ["+script|load", "+evalsha", "+eval"] as const
 /** The subscriber connection. */
 const subscriberCommands = ["+subscribe", "+unsubscribe"] as const
+/** The sharded subscribers of a cluster (one per master with channels). */
+const shardedSubscriberCommands = ["+ssubscribe", "+sunsubscribe"] as const
 /** What the scripts run on the lock and its fencing counter (the channel is one of their KEYS too). */
 const keyCommands = [
   "+exists",
@@ -62,6 +70,14 @@ const keyCommands = [
 const serverCommands = ["+time"] as const
 /** What the scripts run on the release channel. */
 const channelCommands = ["+publish", "+pubsub|numsub"] as const
+/** What the scripts run on the release channel on a cluster (sharded pub/sub). */
+const shardedChannelCommands = ["+spublish", "+pubsub|shardnumsub"] as const
+
+/** Where the backend runs: one server (or a Sentinel-managed master), or a Redis Cluster. */
+export interface RuleOptions {
+  /** A Redis Cluster: sharded pub/sub and the cluster client's own commands. */
+  readonly cluster?: boolean | undefined
+}
 
 // Redis' glob: `*`, `?`, `[...]` and `\` are special in a pattern; braces are not.
 const escapeGlob = (text: string) => text.replace(/[*?[\]\\]/g, "\\$&")
@@ -122,9 +138,11 @@ const patternsOf = (prefix: string): Patterns => {
 
 /**
  * The rule, one ACL token per entry, for a backend with `prefix`. Without a prefix the key
- * pattern is every key (`~*`).
+ * pattern is every key (`~*`). On a cluster the pub/sub commands are the sharded ones and the
+ * cluster client's commands come after the connections'.
  */
-export const aclRule = (prefix: string): ReadonlyArray<string> => {
+export const aclRule = (prefix: string, options: RuleOptions = {}): ReadonlyArray<string> => {
+  const cluster = options.cluster === true
   const patterns = patternsOf(prefix)
   const keyPatterns = prefix === ""
     ? ["~*"]
@@ -158,18 +176,19 @@ export const aclRule = (prefix: string): ReadonlyArray<string> => {
     ]
   return [
     ...connectionCommands,
+    ...(cluster ? clusterCommands : []),
     ...scriptingCommands,
-    ...subscriberCommands,
+    ...(cluster ? shardedSubscriberCommands : subscriberCommands),
     ...keyCommands,
     ...serverCommands,
-    ...channelCommands,
+    ...(cluster ? shardedChannelCommands : channelCommands),
     ...keyPatterns,
     ...channelPatterns
   ]
 }
 
 const operationNeeds: Partial<Record<BackendOperation, string>> = {
-  "connect": "+info +client|setname",
+  "connect": "+info +client|setname (a Redis Cluster: +cluster|slots +cluster|info +readonly too)",
   "load-scripts": "+script|load",
   "acquire": "+evalsha +eval, and +exists +hexists +hincrby +pexpire +pttl +type +incr +get" +
     " (a read-write lock: +hget +hset +hdel +hgetall +set;" +
@@ -191,7 +210,13 @@ const operationNeeds: Partial<Record<BackendOperation, string>> = {
 }
 
 /** What `operation` needs, in ACL terms, for messages. */
-export const needsOf = (operation: BackendOperation): string | undefined => operationNeeds[operation]
+export const needsOf = (operation: BackendOperation): string | undefined => {
+  const needs = operationNeeds[operation]
+  return needs !== undefined && /publish|subscribe|numsub/.test(needs)
+    ? `${needs} (on a Redis Cluster +spublish +pubsub|shardnumsub +ssubscribe +sunsubscribe` +
+      " instead of +publish +pubsub|numsub +subscribe +unsubscribe)"
+    : needs
+}
 
 export const checkPermissions = defineScript({
   name: "check-permissions",
@@ -249,19 +274,25 @@ const keyCommand = (command: string, key: string): ReadonlyArray<string> => {
 }
 
 const channelCommand = (command: string, channel: string): ReadonlyArray<string> =>
-  command === "+publish"
-    ? ["publish", channel, "0"]
-    : command === "+pubsub|numsub"
-    ? ["pubsub", "numsub", channel]
+  command === "+publish" || command === "+spublish"
+    ? [command.slice(1), channel, "0"]
+    : command === "+pubsub|numsub" || command === "+pubsub|shardnumsub"
+    ? ["pubsub", command.slice("+pubsub|".length), channel]
     : [command.slice(1), channel]
 
 /**
  * What the connections send on their own: ioredis' ready check (`INFO`) unless
- * `enableReadyCheck: false`, and `CLIENT SETNAME` when they have a `connectionName`.
+ * `enableReadyCheck: false`, and `CLIENT SETNAME` when they have a `connectionName`; on a cluster
+ * `CLUSTER SLOTS`, `READONLY`, and `CLUSTER INFO` as the cluster's ready check. Replica sync adds
+ * `WAIT` (or `WAITAOF`) after each lock write.
  */
 export interface ConnectionHabits {
   readonly readyCheck: boolean
   readonly connectionName: boolean
+  /** A Redis Cluster, and whether the cluster client runs its ready check (`CLUSTER INFO`). */
+  readonly cluster?: { readonly readyCheck: boolean } | undefined
+  /** Replica sync: `"wait"` (`WAIT`) or `"aof"` (`WAITAOF`). */
+  readonly replicas?: "wait" | "aof" | undefined
 }
 
 /** The questions for a backend with `prefix`. */
@@ -323,14 +354,25 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
         return braced ? patterns.channelPlain : patterns.channelBraced
     }
   }
+  const cluster = habits.cluster
   const questions: Array<Question> = [
     ...(habits.readyCheck ? [{ command: ["info"], deps: ["+info"] }] : []),
     ...(habits.connectionName ? [{ command: ["client", "setname", "effect-lock"], deps: ["+client|setname"] }] : []),
+    ...(cluster === undefined ? [] : [
+      { command: ["cluster", "slots"], deps: ["+cluster|slots"] },
+      ...(cluster.readyCheck ? [{ command: ["cluster", "info"], deps: ["+cluster|info"] }] : []),
+      { command: ["readonly"], deps: ["+readonly"] }
+    ]),
     { command: ["script", "load", "return 1"], deps: ["+script|load"] },
     { command: ["eval", "return 1", "0"], deps: ["+eval"] },
     { command: ["evalsha", checkPermissions.sha, "0"], deps: ["+evalsha"] },
-    { command: ["time"], deps: ["+time"] }
+    { command: ["time"], deps: ["+time"] },
+    ...(habits.replicas === undefined ? [] : [{ command: ["wait", "0", "0"], deps: ["+wait"] }]),
+    ...(habits.replicas === "aof" ? [{ command: ["waitaof", "0", "0", "0"], deps: ["+waitaof"] }] : [])
   ]
+  const sharded = cluster !== undefined
+  const subscribe = sharded ? "+ssubscribe" : "+subscribe"
+  const publish = sharded ? "+spublish" : "+publish"
   for (const name of [plainName, bracedName]) {
     const braced = name === bracedName
     const keys = layout.keysOf(name)
@@ -354,14 +396,17 @@ export const questionsFor = (prefix: string, habits: ConnectionHabits): Readonly
         questions.push({ command: keyCommand(command, key), deps: [command, keyPattern] })
       }
     }
-    for (const command of [...subscriberCommands, ...channelCommands]) {
-      // Redis checks the channel of SUBSCRIBE and PUBLISH against the user's channel patterns;
-      // UNSUBSCRIBE and PUBSUB NUMSUB only need the command.
-      const deps = command === "+subscribe" || command === "+publish"
+    const pubsubCommands = sharded
+      ? [...shardedSubscriberCommands, ...shardedChannelCommands]
+      : [...subscriberCommands, ...channelCommands]
+    for (const command of pubsubCommands) {
+      // Redis checks the channel of (S)SUBSCRIBE and (S)PUBLISH against the user's channel patterns;
+      // (S)UNSUBSCRIBE and PUBSUB (SHARD)NUMSUB only need the command.
+      const deps = command === subscribe || command === publish
         ? [command, pattern(braced, "channel")]
         : [command]
       questions.push({ command: channelCommand(command, keys.channel), deps })
-      if (command === "+subscribe" || command === "+publish") {
+      if (command === subscribe || command === publish) {
         questions.push({ command: channelCommand(command, rw.channel), deps: [command, pattern(braced, "rwChannel")] })
         questions.push({
           command: channelCommand(command, semaphore.channel),

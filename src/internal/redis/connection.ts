@@ -28,6 +28,7 @@ import {
   withSentinelDefaults
 } from "./clientOptions.js"
 import { backendName, describeConnectionError, redisError } from "./errors.js"
+import { clusterReadyCheckRefused } from "./permissions.js"
 import { makeWriteBatcher } from "./writeBatch.js"
 
 export type ConnectionName = "command" | "subscriber"
@@ -143,11 +144,19 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
         Effect.ensuring(Effect.sync(() => redis.disconnect()))
       )
 
-    const connect = (redis: Client, connection: ConnectionName) =>
-      Effect.tryPromise({
+    const connect = (redis: Client, connection: ConnectionName) => {
+      const connecting = Effect.tryPromise({
         try: () => redis.connect(),
         catch: (cause) => redisError("connect", undefined, lastError[connection] ?? cause)
       })
+      // A cluster whose user may not run its ready check (CLUSTER INFO) would retry it for ever.
+      return isCluster(redis)
+        ? Effect.raceFirst(
+          connecting,
+          Effect.mapError(clusterReadyCheckRefused(redis), (cause) => redisError("connect", undefined, cause))
+        )
+        : connecting
+    }
 
     const openOwned = (create: () => Client, connection: ConnectionName) =>
       Effect.gen(function*() {

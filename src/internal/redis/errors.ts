@@ -45,8 +45,18 @@ const explainPermission = (operation: BackendOperation, cause: Error): Error => 
   return error
 }
 
+// A cluster client that could not load the slot map says so ("Failed to refresh slots cache.") and
+// keeps the node's answer aside: a refused CLUSTER SLOTS is brought forward.
+const slotsRefusal = (cause: unknown): unknown => {
+  const last: unknown = cause instanceof Error && "lastNodeError" in cause ? cause.lastNodeError : undefined
+  if (!(last instanceof Error) || !isPermissionRefusal(last)) return cause
+  const error = new Error(last.message, { cause })
+  error.name = last.name
+  return error
+}
+
 export const redisError = (operation: BackendOperation, key: string | undefined, cause: unknown): LockBackendError => {
-  const redacted = redactCredentials(cause)
+  const redacted = redactCredentials(slotsRefusal(cause))
   const safe = redacted instanceof Error && isPermissionRefusal(redacted)
     ? explainPermission(operation, redacted)
     : redacted

@@ -3,17 +3,33 @@
  * fails the backend with a `LockBackendError` naming each missing part of the rule.
  */
 import { Effect } from "effect"
+import type { Cluster, Redis } from "ioredis"
 import type { LockBackendError } from "../../LockError.js"
 import type { ConnectionHabits } from "./acl.js"
 import { checkPermissions, missingPermissions, questionsFor } from "./acl.js"
-import { redisError, unexpectedReply } from "./errors.js"
+import { isPermissionRefusal, redisError, unexpectedReply } from "./errors.js"
 import type { ScriptClient } from "./scripts.js"
 import { runScript } from "./scripts.js"
 
+/** The `RedisBackend.aclRule(...)` call that gives the rule for these habits, for messages. */
+const ruleCall = (prefix: string, habits: ConnectionHabits): string => {
+  const options = [
+    `prefix: ${JSON.stringify(prefix)}`,
+    ...(habits.cluster === undefined ? [] : ["cluster: true"]),
+    ...(habits.replicas === undefined ? [] : [`replicas: ${habits.replicas === "aof" ? "\"aof\"" : "true"}`])
+  ]
+  return `RedisBackend.aclRule({ ${options.join(", ")} })`
+}
+
+/**
+ * Ask `client` (one server; on a cluster, one master, named by `node` in the message) whether the
+ * user has every part of the rule.
+ */
 export const verifyPermissions = (
   client: ScriptClient,
   prefix: string,
-  habits: ConnectionHabits
+  habits: ConnectionHabits,
+  node?: string
 ): Effect.Effect<void, LockBackendError> => {
   const questions = questionsFor(prefix, habits)
   return Effect.async<ReadonlyArray<number>, LockBackendError>((resume) => {
@@ -30,11 +46,39 @@ export const verifyPermissions = (
       const missing = missingPermissions(questions, answers)
       if (missing.length === 0) return Effect.void
       const error = new Error(
-        `the Redis user lacks ACL permissions effect-lock needs: ${missing.join(", ")} ` +
-          `(grant the rule of RedisBackend.aclRule({ prefix: ${JSON.stringify(prefix)} }), see docs/redis.md)`
+        `the Redis user${node === undefined ? "" : ` on ${node}`} lacks ACL permissions effect-lock needs: ` +
+          `${missing.join(", ")} (grant the rule of ${ruleCall(prefix, habits)}` +
+          `${habits.cluster === undefined ? "" : " on every node"}, see docs/redis.md)`
       )
       error.name = "AclError"
       return Effect.fail(redisError("check-permissions", undefined, error))
     })
   )
 }
+
+/**
+ * ioredis' cluster client retries its ready check (`CLUSTER INFO`) for ever when the user may not
+ * run it, so connecting would hang without a word. Raced against connecting: once the slot map is
+ * first loaded it asks one master `CLUSTER INFO` itself, on a connection of its own (the client
+ * drops its node connections when its ready check fails), and fails with the refusal, which names
+ * `+cluster|info`; otherwise it never ends.
+ */
+export const clusterReadyCheckRefused = (cluster: Cluster): Effect.Effect<never, Error> =>
+  cluster.options.enableReadyCheck === false
+    ? Effect.never
+    : Effect.async<never, Error>((resume) => {
+      let probe: Redis | undefined
+      const onRefresh = () => {
+        probe = cluster.nodes("master")[0]?.duplicate({ lazyConnect: true, readOnly: false, retryStrategy: () => null })
+        if (probe === undefined) return
+        probe.on("error", () => {})
+        probe.call("CLUSTER", "INFO").then(() => {}, (error: unknown) => {
+          if (error instanceof Error && isPermissionRefusal(error)) resume(Effect.fail(error))
+        }).finally(() => probe?.disconnect())
+      }
+      cluster.once("refresh", onRefresh)
+      return Effect.sync(() => {
+        cluster.off("refresh", onRefresh)
+        probe?.disconnect()
+      })
+    })
