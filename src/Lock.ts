@@ -18,9 +18,9 @@
  */
 import type { Duration, Schedule, Scope } from "effect"
 import { Effect, FiberRef, Option } from "effect"
-import { enterScoped, once, runLocked, waiting } from "./internal/lock/enter.js"
+import { enterScoped, once, validate, waiting, withLockOf } from "./internal/lock/enter.js"
 import { makeLease } from "./internal/lock/lease.js"
-import { resolveOptions, validateKeyFor } from "./internal/lock/options.js"
+import { validateKeyFor } from "./internal/lock/options.js"
 import { currentRegion, findKey } from "./internal/lock/region.js"
 import { withSpan } from "./internal/tracing.js"
 import { LockBackend } from "./LockBackend.js"
@@ -145,21 +145,13 @@ export { make as makeClient } from "./LockClient.js"
  */
 export type WithLockError = LockTimeoutError | LockLostError | LockBackendError | LockOptionsError
 
-const validate = (key: string, options: LockOptions | undefined) =>
-  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
-
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
 const withLockImpl = <A, E, R>(
   key: string,
   program: Program<A, E, R>,
   options: LockOptions | undefined
-): Effect.Effect<A, E | WithLockError, R | LockBackend> =>
-  Effect.flatMap(
-    validate(key, options),
-    ([key, resolved]) =>
-      runLocked(key, resolved, waiting, program) as Effect.Effect<A, E | WithLockError, R | LockBackend>
-  )
+): Effect.Effect<A, E | WithLockError, R | LockBackend> => withLockOf(key, options, waiting, program)
 
 /**
  * Run `program` while holding the lock on `key`, waiting for it as long as `options.wait` allows.
@@ -230,11 +222,7 @@ export const withLockIfAvailable: {
   ) => Effect.Effect<Option.Option<A>, E | Exclude<WithLockError, LockTimeoutError>, R | LockBackend>
 } = function(...args: ReadonlyArray<unknown>) {
   const run = (program: Program<unknown, unknown, unknown>, options: LockOptions | undefined) =>
-    Effect.flatMap(
-      validate(args[0] as string, options),
-      ([key, resolved]) =>
-        Effect.map(runLocked(key, resolved, once, someOf(program)), (result) => result ?? Option.none())
-    )
+    Effect.map(withLockOf(args[0] as string, options, once, someOf(program)), (result) => result ?? Option.none())
   if (isProgram(args[1])) {
     return run(args[1] as Program<unknown, unknown, unknown>, args[2] as LockOptions | undefined)
   }

@@ -3,15 +3,23 @@
  * from the monotonic `process.hrtime` (a wall-clock jump cannot move a deadline) and which
  * `TestClock` drives. Milliseconds, with microsecond precision.
  */
-import { Clock, Effect } from "effect"
-
-export const nowMillis: Effect.Effect<number> = Effect.map(
-  Clock.currentTimeNanos,
-  (nanos) => Number(nanos / 1000n) / 1000
-)
+import type { Fiber } from "effect"
+import { Clock, Context, Effect } from "effect"
 
 /** `nowMillis` read off `clock` synchronously. */
 export const unsafeNowMillis = (clock: Clock.Clock): number => Number(clock.unsafeCurrentTimeNanos() / 1000n) / 1000
+
+/** The Clock of `fiber` (the live one, or `TestClock` where a test installed it). */
+export const clockOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>): Clock.Clock =>
+  Context.get(fiber.currentDefaultServices, Clock.Clock)
+
+/** `nowMillis` read off `fiber`'s Clock synchronously, from inside `Effect.withFiberRuntime`. */
+export const fiberNowMillis = (fiber: Fiber.RuntimeFiber<unknown, unknown>): number => unsafeNowMillis(clockOf(fiber))
+
+// Read on the hot path of every acquire and release: one step of the fiber's run loop, not four.
+export const nowMillis: Effect.Effect<number> = Effect.withFiberRuntime((fiber) =>
+  Effect.succeed(fiberNowMillis(fiber))
+)
 
 /**
  * Whole milliseconds to sleep, rounded up: a sleep never ends before its target, and `TestClock`

@@ -5,11 +5,11 @@
  * `Lock.acquire`.
  */
 import type { Fiber } from "effect"
-import { Context, Effect, FiberRef, Option, Scope } from "effect"
-import type { Lease, Program } from "../../Lock.js"
+import { Context, Effect, FiberRef, Scope } from "effect"
+import type { Lease, LockOptions, Program } from "../../Lock.js"
 import type { LockRequest } from "../../LockBackend.js"
 import { LockBackend } from "../../LockBackend.js"
-import type { LockLostError, LockTimeoutError } from "../../LockError.js"
+import type { LockLostError, LockOptionsError, LockTimeoutError } from "../../LockError.js"
 import { LockBackendError } from "../../LockError.js"
 import type { KindName } from "../../LockKinds.js"
 import type { Backend } from "../backend/make.js"
@@ -24,6 +24,7 @@ import type { Hold } from "./hold.js"
 import { makeHold, releaseHold } from "./hold.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
+import { keyErrorFor, resolvedBefore, resolveOptions, validateKeyFor } from "./options.js"
 import type { Region } from "./region.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
 import { watch } from "./watchdog.js"
@@ -39,8 +40,7 @@ export type Attempt<E, Busy extends undefined> = (
   restore: Restore
 ) => Effect.Effect<Acquired | Busy, E>
 
-export const once: Attempt<LockBackendError, undefined> = (backend, request) =>
-  Effect.map(acquireOnce(backend, request), Option.getOrUndefined)
+export const once: Attempt<LockBackendError, undefined> = acquireOnce
 
 export const waiting: Attempt<LockTimeoutError | LockBackendError, never> = acquireWaiting
 
@@ -51,7 +51,10 @@ export const waiting: Attempt<LockTimeoutError | LockBackendError, never> = acqu
 export const runProgram = <A, E, R>(program: Program<A, E, R>, hold: Hold): Effect.Effect<A, E, R> =>
   Effect.isEffect(program) ? program : Effect.suspend(() => program(makeLease(hold)))
 
-/** A fresh hold on `key`, or `undefined` when attempting once and busy. Inside `uninterruptibleMask`. */
+/**
+ * A fresh hold on `key`, or `undefined` when attempting once and busy. Called inside
+ * `uninterruptibleMask`, when the acquisition starts.
+ */
 const acquireFresh = <E, Busy extends undefined>(
   backend: Backend,
   key: string,
@@ -61,38 +64,37 @@ const acquireFresh = <E, Busy extends undefined>(
   scope: Scope.Scope | undefined,
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   owner: string | undefined
-): Effect.Effect<Hold | Busy, E> =>
-  Effect.suspend(() => {
-    const request: LockRequest = {
-      key,
-      owner: owner ?? newOwnerId(),
-      leaseMillis: options.leaseMillis,
-      fencing: options.fencing,
-      waiting: attempt !== once && options.waitMillis > 0
-    }
-    const held = (acquired: Acquired): Hold => {
-      const hold = makeHold(
-        backend,
-        request,
-        options,
-        acquired.fencingToken,
-        acquired.startedAt,
-        scope,
-        fiber.getFiberRef(FiberRef.currentLogAnnotations)
-      )
-      watch(hold)
-      backend.holds.add(hold)
-      metrics.count(metrics.acquisitions, backend.labels)
-      return hold
-    }
-    if (!isTracing(fiber)) {
-      return Effect.map(
-        attempt(backend, request, options, restore),
-        (acquired): Hold | Busy => acquired === undefined ? acquired as Busy : held(acquired)
-      )
-    }
-    return traced(backend, request, attempt(backend, request, options, restore), held)
-  })
+): Effect.Effect<Hold | Busy, E> => {
+  const request: LockRequest = {
+    key,
+    owner: owner ?? newOwnerId(),
+    leaseMillis: options.leaseMillis,
+    fencing: options.fencing,
+    waiting: attempt !== once && options.waitMillis > 0
+  }
+  const held = (acquired: Acquired): Hold => {
+    const hold = makeHold(
+      backend,
+      request,
+      options,
+      acquired.fencingToken,
+      acquired.startedAt,
+      scope,
+      fiber.getFiberRef(FiberRef.currentLogAnnotations)
+    )
+    watch(hold)
+    backend.holds.add(hold)
+    metrics.count(metrics.acquisitions, backend.labels)
+    return hold
+  }
+  if (!isTracing(fiber)) {
+    return Effect.map(
+      attempt(backend, request, options, restore),
+      (acquired): Hold | Busy => acquired === undefined ? acquired as Busy : held(acquired)
+    )
+  }
+  return traced(backend, request, attempt(backend, request, options, restore), held)
+}
 
 const attributesOf = (backend: Backend, request: LockRequest) => ({
   "effect_lock.key": request.key,
@@ -217,28 +219,67 @@ export const runLocked = <A, E, R, E2, Busy extends undefined, EK = never>(
   owner?: string | undefined
 ): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError, R | LockBackend> =>
   // The backend and the region are read from the fiber synchronously: this is the hot path.
+  Effect.withFiberRuntime((fiber) => runLockedIn(fiber, key, options, attempt, program, entry, owner))
+
+/**
+ * `runLocked` with the key checked against the backend and the options resolved first (a
+ * `LockOptionsError` otherwise, before anything is sent): what the public `withLock`s call. Options
+ * seen before (the same object, or none) are not resolved again, so the usual call takes one step
+ * of the run loop before the acquisition.
+ */
+export const withLockOf = <A, E, R, E2, Busy extends undefined, EK = never>(
+  key: string,
+  options: LockOptions | undefined,
+  attempt: Attempt<E2, Busy>,
+  program: Program<A, E, R>,
+  entry?: KindEntry<EK> | undefined
+): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError | LockOptionsError, R | LockBackend> =>
   Effect.withFiberRuntime((fiber) => {
-    const region = fiber.getFiberRef(currentRegion)
-    const enter = entering(fiber, key, entry)
-    if (enter instanceof LockBackendError) return Effect.fail(enter)
-    const backend = enter.backend
-    const reentered = findHold(region, backend, key)
-    if (reentered !== undefined) return reenter(reentered, program, fiber)
-    const checkedOwner = checked(enter.check, region, enter.base, key)
-    if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
-    return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(
-        acquireFresh(backend, key, options, attempt, restore, undefined, fiber, checkedOwner.owner ?? owner),
-        (hold): Effect.Effect<A | Busy, E | E2 | LockLostError, R> => {
-          if (hold === undefined) return Effect.succeed(hold as Busy)
-          return Effect.flatMap(
-            Effect.exit(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold))),
-            (exit) => Effect.zipRight(releaseHold(hold), exit)
-          )
-        }
-      )
-    )
+    const error = keyErrorFor(Context.unsafeGet(fiber.currentContext, LockBackend), key)
+    if (error !== undefined) return Effect.fail(error)
+    const resolved = resolvedBefore(options)
+    return resolved === undefined
+      ? Effect.flatMap(resolveOptions(options), (resolved) => runLocked(key, resolved, attempt, program, entry))
+      : runLockedIn(fiber, key, resolved, attempt, program, entry, undefined)
   })
+
+/** The key checked against the context's backend, and the options resolved. */
+export const validate = (
+  key: string,
+  options: LockOptions | undefined
+): Effect.Effect<readonly [string, ResolvedOptions], LockOptionsError, LockBackend> =>
+  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
+
+const runLockedIn = <A, E, R, E2, Busy extends undefined, EK = never>(
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E2, Busy>,
+  program: Program<A, E, R>,
+  entry: KindEntry<EK> | undefined,
+  owner: string | undefined
+): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError, R> => {
+  const region = fiber.getFiberRef(currentRegion)
+  const enter = entering(fiber, key, entry)
+  if (enter instanceof LockBackendError) return Effect.fail(enter)
+  const backend = enter.backend
+  const reentered = findHold(region, backend, key)
+  if (reentered !== undefined) return reenter(reentered, program, fiber)
+  const checkedOwner = checked(enter.check, region, enter.base, key)
+  if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
+  return Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(
+      acquireFresh(backend, key, options, attempt, restore, undefined, fiber, checkedOwner.owner ?? owner),
+      (hold): Effect.Effect<A | Busy, E | E2 | LockLostError, R> => {
+        if (hold === undefined) return Effect.succeed(hold as Busy)
+        return Effect.matchCauseEffect(runGuarded(hold, runProgram(program, hold), restore, extend(region, hold)), {
+          onFailure: (cause) => Effect.zipRight(releaseHold(hold), Effect.failCause(cause)),
+          onSuccess: (value) => Effect.as(releaseHold(hold), value)
+        })
+      }
+    )
+  )
+}
 
 /** Enter `key` for the rest of the current scope: the core of `acquire` and `tryAcquire`. */
 export const enterScoped = <E, Busy extends undefined, EK = never>(

@@ -7,14 +7,10 @@
 import type { Scope } from "effect"
 import { Effect, Option } from "effect"
 import type { Lease, LockOptions, Program, WithLockError } from "../../Lock.js"
-import { LockBackend } from "../../LockBackend.js"
+import type { LockBackend } from "../../LockBackend.js"
 import type { LockBackendError, LockOptionsError, LockTimeoutError } from "../../LockError.js"
 import type { KindEntry } from "./enter.js"
-import { enterScoped, once, runLocked, waiting } from "./enter.js"
-import { resolveOptions, validateKeyFor } from "./options.js"
-
-const validate = (key: string, options: LockOptions | undefined) =>
-  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
+import { enterScoped, once, validate, waiting, withLockOf } from "./enter.js"
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
@@ -24,8 +20,7 @@ export const makeWithLock = <EK>(entry: KindEntry<EK>) => {
     key: string,
     program: Program<A, E, R>,
     options: LockOptions | undefined
-  ): Effect.Effect<A, E | EK | WithLockError, R | LockBackend> =>
-    Effect.flatMap(validate(key, options), ([key, resolved]) => runLocked(key, resolved, waiting, program, entry))
+  ): Effect.Effect<A, E | EK | WithLockError, R | LockBackend> => withLockOf(key, options, waiting, program, entry)
   return function(...args: ReadonlyArray<unknown>) {
     const key = args[0] as string
     if (isProgram(args[1])) {

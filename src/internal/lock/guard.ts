@@ -2,12 +2,13 @@
  * The guarded program: it runs in a fiber of its own that a loss (or the release) of the hold
  * interrupts, so that the caller gets a `LockLostError` instead of being interrupted itself.
  */
-import type { FiberRefs } from "effect"
-import { Effect, Exit, Fiber, FiberId, FiberRef, Runtime } from "effect"
+import type { Context } from "effect"
+import { Effect, Exit, Fiber, FiberId, FiberRef, FiberRefs, Runtime, RuntimeFlags } from "effect"
 import type { LockLostError } from "../../LockError.js"
 import type { Restore } from "../restore.js"
+import { fiberNowMillis } from "../time.js"
 import type { Hold } from "./hold.js"
-import { checkHeld, endedBy } from "./hold.js"
+import { checkHeldAt, endedBy } from "./hold.js"
 import type { Region } from "./region.js"
 import { currentRegion } from "./region.js"
 
@@ -27,42 +28,83 @@ export const runGuarded = <A, E, R>(
   restore: Restore,
   region?: Region | undefined
 ): Effect.Effect<A, E | LockLostError, R> =>
-  Effect.suspend(() => {
+  // The fast version of this shape (it runs once per withLock): the child is made from the caller's
+  // fiber directly, with its region already in its FiberRefs and, when the caller was
+  // interruptible, the interruptibility `restore` would give it, so its only steps of its own are
+  // the hold check and the program.
+  Effect.withFiberRuntime<A, E | LockLostError, R>((parent, status) => {
     // Traced: the program's own spans are children of the hold's span.
     const program = hold.span === undefined ? effect : Effect.withParentSpan(effect, hold.span)
-    // The child's FiberRefs once its region is set: if they are the same object when it ends, the
-    // program changed no FiberRef, and there is nothing for the caller to inherit.
+    const restored = restore === Effect.interruptible
+    // The child's FiberRefs once its region is set: if they are the same when it ends, the program
+    // changed no FiberRef, and there is nothing for the caller to inherit.
     let initialRefs: FiberRefs.FiberRefs | undefined
     const started = Effect.withFiberRuntime<A, E | LockLostError, R>((child) => {
       initialRefs = child.getFiberRefs()
-      return Effect.zipRight(checkHeld(hold), restore(program))
+      const ended = checkHeldAt(hold, fiberNowMillis(child))
+      if (ended !== undefined) return ended
+      return restored ? program : restore(program)
     })
-    const child = region === undefined ? started : Effect.zipRight(FiberRef.set(currentRegion, region), started)
+    const runtime = Runtime.make({
+      context: parent.currentContext as Context.Context<R>,
+      runtimeFlags: restored
+        ? RuntimeFlags.enable(status.runtimeFlags, RuntimeFlags.Interruption)
+        : status.runtimeFlags,
+      fiberRefs: parent.getFiberRefs()
+    })
     // Started at once on this thread (no scheduler hop before the program's first step); it is
     // not a child of the caller's fiber, so every way out below awaits or interrupts it.
-    const start = Effect.map(Effect.runtime<R>(), (runtime) => Runtime.runFork(runtime)(child, { immediate: true }))
-    return Effect.flatMap(start, (fiber) => {
-      ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
-      if (hold.state._tag !== "Held") fiber.unsafeInterruptAsFork(FiberId.none)
-      return Effect.flatMap(
-        Effect.exit(restore(Fiber.await(fiber))),
-        (awaited): Effect.Effect<A, E | LockLostError> => {
-          if (Exit.isFailure(awaited)) {
-            // The caller was interrupted: stop the program first, then pass the interruption on.
-            return Effect.zipRight(
-              Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded?.delete(fiber as never))),
-              Effect.failCause(awaited.cause)
-            )
-          }
-          hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
-          const exit = awaited.value
-          const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
-          if (ended !== undefined) return Effect.fail(ended)
-          return fiber.getFiberRefs() === initialRefs ? exit : Effect.zipRight(Fiber.inheritAll(fiber), exit)
-        }
-      )
+    const fiber = Runtime.runFork(runtime)(started, {
+      immediate: true,
+      updateRefs: region === undefined
+        ? undefined
+        : (refs, fiberId) => FiberRefs.updateAs(refs, { fiberId, fiberRef: currentRegion, value: region })
     })
+    ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+    if (hold.state._tag !== "Held") fiber.unsafeInterruptAsFork(FiberId.none)
+    return Effect.flatMap(
+      Effect.exit(restore(Fiber.await(fiber))),
+      (awaited): Effect.Effect<A, E | LockLostError> => {
+        if (Exit.isFailure(awaited)) {
+          // The caller was interrupted: stop the program first, then pass the interruption on.
+          return Effect.zipRight(
+            Effect.ensuring(Fiber.interrupt(fiber), Effect.sync(() => hold.guarded?.delete(fiber as never))),
+            Effect.failCause(awaited.cause)
+          )
+        }
+        hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
+        const exit = awaited.value
+        const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
+        if (ended !== undefined) return Effect.fail(ended)
+        return initialRefs !== undefined && unchanged(initialRefs, fiber.getFiberRefs())
+          ? exit
+          : Effect.zipRight(Fiber.inheritAll(fiber), exit)
+      }
+    )
   })
+
+/**
+ * Whether the program changed none of its fiber's FiberRefs, from two snapshots of them.
+ * `getFiberRefs` returns a new object on every call (it records the runtime flags first), so
+ * identity says nothing; but a ref nobody set keeps its very stack, so comparing the stacks entry by
+ * entry is exact, and far cheaper than `Fiber.inheritAll` (which walks and merges every ref). The
+ * runtime flags may differ in what `inheritAll` never passes on: interruptibility, and the wind-down
+ * that every fiber enters as it ends. Effect's `FiberRefs` keeps its map as `locals`; should that
+ * ever change, this says "changed" and the caller inherits, as `Fiber.join` always does.
+ */
+const unchanged = (before: FiberRefs.FiberRefs, after: FiberRefs.FiberRefs): boolean => {
+  const a = (before as unknown as { readonly locals?: unknown }).locals
+  const b = (after as unknown as { readonly locals?: unknown }).locals
+  if (!(a instanceof Map) || !(b instanceof Map) || a.size !== b.size) return false
+  for (const [ref, stack] of b) {
+    if (a.get(ref) === stack) continue
+    if (ref !== FiberRef.currentRuntimeFlags) return false
+    const flagsBefore = FiberRefs.getOrDefault(before, FiberRef.currentRuntimeFlags)
+    const flagsAfter = FiberRefs.getOrDefault(after, FiberRef.currentRuntimeFlags)
+    if (((flagsBefore ^ flagsAfter) & ~(RuntimeFlags.Interruption | RuntimeFlags.WindDown)) !== 0) return false
+  }
+  return true
+}
 
 /** `runGuarded` for callers outside a mask (`Lease.guard`). */
 export const guard = <A, E, R>(hold: Hold, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | LockLostError, R> =>

@@ -224,13 +224,16 @@ export const awaitLoss = (hold: Hold): Effect.Effect<never, LockLostError> =>
  * makes it lost, whether or not the watchdog has run yet: a paused process learns it here).
  */
 export const checkHeld = (hold: Hold): Effect.Effect<void, LockLostError> =>
-  Effect.flatMap(nowMillis, (now) => {
-    if (hold.state._tag === "Held" && now >= hold.deadline) {
-      return Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold))
-    }
-    const ended = endedError(hold)
-    return ended === undefined ? Effect.void : Effect.fail(ended)
-  })
+  Effect.flatMap(nowMillis, (now) => checkHeldAt(hold, now) ?? Effect.void)
+
+/** `checkHeld` at clock time `now`: `undefined` while the hold is usable, or the failure. */
+export const checkHeldAt = (hold: Hold, now: number): Effect.Effect<never, LockLostError> | undefined => {
+  if (hold.state._tag === "Held" && now >= hold.deadline) {
+    return Effect.zipRight(markLost(hold, "expired"), awaitLoss(hold))
+  }
+  const ended = endedError(hold)
+  return ended === undefined ? undefined : Effect.fail(ended)
+}
 
 /** Held: not lost, not released, and the local deadline not passed. */
 export const isHeld = (hold: Hold): Effect.Effect<boolean> =>

@@ -33,26 +33,44 @@ export const defaultRetry: Schedule.Schedule<unknown, BusyInfo> = Schedule.expon
 
 const DEFAULT_LEASE_MILLIS = 30_000
 
-const keyError = (reason: string) => Effect.fail(new LockOptionsError({ field: "key", reason }))
+const keyProblem = (reason: string) => new LockOptionsError({ field: "key", reason })
 
 // A high surrogate not followed by a low one, or a low one not preceded by a high one.
 const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
-export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsError> => {
-  if (typeof key !== "string") return keyError(`must be a string, got ${typeof key}`)
-  if (key.length === 0) return keyError("must not be empty")
+/** Why `key` is refused, or `undefined` when it is a valid key. */
+export const keyError = (key: unknown): LockOptionsError | undefined => {
+  if (typeof key !== "string") return keyProblem(`must be a string, got ${typeof key}`)
+  if (key.length === 0) return keyProblem("must not be empty")
   // UTF-8 has no encoding for a lone surrogate: such keys would all become one Redis key (U+FFFD).
   const lone = loneSurrogate.exec(key)
   if (lone !== null) {
-    return keyError(
+    return keyProblem(
       `is not well-formed UTF-16: a lone surrogate (\\u${
         lone[0].charCodeAt(0).toString(16)
       }) at index ${lone.index}, e.g. a string cut in the middle of an emoji`
     )
   }
-  const bytes = Buffer.byteLength(key, "utf8")
-  if (bytes > MAX_KEY_BYTES) return keyError(`is ${bytes} bytes long; the limit is ${MAX_KEY_BYTES} bytes`)
-  return Effect.succeed(key)
+  // Only a key that may be too long is measured: a UTF-16 unit is at most 3 bytes of UTF-8.
+  const bytes = key.length * 3 <= MAX_KEY_BYTES ? 0 : Buffer.byteLength(key, "utf8")
+  if (bytes > MAX_KEY_BYTES) return keyProblem(`is ${bytes} bytes long; the limit is ${MAX_KEY_BYTES} bytes`)
+  return undefined
+}
+
+export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsError> => {
+  const error = keyError(key)
+  return error === undefined ? Effect.succeed(key as string) : Effect.fail(error)
+}
+
+/** `keyError`, then whatever `backend` itself refuses (`LockPrimitives.checkKey`). */
+export const keyErrorFor = (
+  backend: { readonly primitives: { readonly checkKey?: ((key: string) => string | undefined) | undefined } },
+  key: unknown
+): LockOptionsError | undefined => {
+  const error = keyError(key)
+  if (error !== undefined) return error
+  const problem = backend.primitives.checkKey?.(key as string)
+  return problem === undefined ? undefined : keyProblem(problem)
 }
 
 /**
@@ -63,11 +81,10 @@ export const validateKey = (key: unknown): Effect.Effect<string, LockOptionsErro
 export const validateKeyFor = (
   backend: { readonly primitives: { readonly checkKey?: ((key: string) => string | undefined) | undefined } },
   key: unknown
-): Effect.Effect<string, LockOptionsError> =>
-  Effect.flatMap(validateKey(key), (valid) => {
-    const problem = backend.primitives.checkKey?.(valid)
-    return problem === undefined ? Effect.succeed(valid) : keyError(problem)
-  })
+): Effect.Effect<string, LockOptionsError> => {
+  const error = keyErrorFor(backend, key)
+  return error === undefined ? Effect.succeed(key as string) : Effect.fail(error)
+}
 
 const isNegativeInput = (input: unknown): boolean => {
   if (typeof input === "number") return input < 0
@@ -126,6 +143,10 @@ export const maxRenewOf = (leaseMillis: number): number => leaseMillis - 2 * dri
 
 const cache = new WeakMap<LockOptions, ResolvedOptions>()
 let defaults: ResolvedOptions | undefined
+
+/** The options resolved before (every call after the first with the same options object), or `undefined`. */
+export const resolvedBefore = (options: LockOptions | undefined): ResolvedOptions | undefined =>
+  options === undefined ? defaults : cache.get(options)
 
 export const resolveOptions = (options: LockOptions | undefined): Effect.Effect<ResolvedOptions, LockOptionsError> => {
   if (options === undefined) {

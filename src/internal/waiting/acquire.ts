@@ -8,7 +8,7 @@
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
 import type { Tracer } from "effect"
-import { Effect, Exit, Metric, Option } from "effect"
+import { Effect, Exit, Metric } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 import type { BusyInfo } from "../../Lock.js"
@@ -18,7 +18,7 @@ import type { Backend } from "../backend/make.js"
 import type { ResolvedOptions } from "../lock/options.js"
 import * as metrics from "../metrics.js"
 import type { Restore } from "../restore.js"
-import { nowMillis } from "../time.js"
+import { fiberNowMillis, nowMillis } from "../time.js"
 
 export interface Acquired {
   readonly fencingToken: bigint
@@ -40,22 +40,26 @@ const closed = (backend: Backend, key: string) =>
     cause: new Error("the backend is shutting down (its layer's scope is closing)")
   })
 
-/** One attempt; `None` when busy (with the holder's TTL kept in `busy`). Fails once the backend closes. */
-const attempt = (backend: Backend, request: LockRequest) =>
-  backend.isClosing() ? Effect.fail(closed(backend, request.key)) : Effect.flatMap(
-    nowMillis,
-    (startedAt) =>
-      Effect.map(backend.primitives.tryAcquire(request), (result) =>
-        result._tag === "Acquired"
-          ? ({ _tag: "Acquired", fencingToken: result.fencingToken, startedAt, attempts: 1, via: "free" } as const)
-          : ({ _tag: "Busy", ttlMillis: result.ttlMillis } as const))
-  )
+type Attempted =
+  | (Acquired & { readonly _tag: "Acquired" })
+  | { readonly _tag: "Busy"; readonly ttlMillis: number | undefined }
 
+/** One attempt; `Busy` (with the holder's TTL) when busy. Fails once the backend closes. */
+const attempt = (backend: Backend, request: LockRequest): Effect.Effect<Attempted, LockBackendError> =>
+  backend.isClosing() ? Effect.fail(closed(backend, request.key)) : Effect.withFiberRuntime((fiber) => {
+    const startedAt = fiberNowMillis(fiber)
+    return Effect.map(backend.primitives.tryAcquire(request), (result): Attempted =>
+      result._tag === "Acquired"
+        ? { _tag: "Acquired", fencingToken: result.fencingToken, startedAt, attempts: 1, via: "free" }
+        : { _tag: "Busy", ttlMillis: result.ttlMillis })
+  })
+
+/** One attempt; `undefined` when busy. */
 export const acquireOnce = (
   backend: Backend,
   request: LockRequest
-): Effect.Effect<Option.Option<Acquired>, LockBackendError> =>
-  Effect.map(attempt(backend, request), (r) => (r._tag === "Acquired" ? Option.some(r) : Option.none()))
+): Effect.Effect<Acquired | undefined, LockBackendError> =>
+  Effect.map(attempt(backend, request), (r) => (r._tag === "Acquired" ? r : undefined))
 
 export const acquireWaiting = (
   backend: Backend,
