@@ -18,7 +18,7 @@
  */
 import type { Duration, Schedule, Scope } from "effect"
 import { Effect, FiberRef, Option } from "effect"
-import { enterScoped, once, validate, waiting, withLockOf } from "./internal/lock/enter.js"
+import { enterScopedOf, once, waiting, withLockOf } from "./internal/lock/enter.js"
 import { makeLease } from "./internal/lock/lease.js"
 import { validateKeyFor } from "./internal/lock/options.js"
 import { currentRegion, findKey } from "./internal/lock/region.js"
@@ -254,10 +254,7 @@ export const acquire = (
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Lease, LockTimeoutError | LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(
-    validate(key, options),
-    ([key, resolved]) => enterScoped(key, resolved, waiting)
-  )
+  enterScopedOf(key, options, waiting)
 
 /**
  * One attempt to acquire `key` for the rest of the current scope; `None` when it is busy.
@@ -269,10 +266,7 @@ export const tryAcquire = (
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Option.Option<Lease>, LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(
-    validate(key, options),
-    ([key, resolved]) => Effect.map(enterScoped(key, resolved, once), Option.fromNullable)
-  )
+  Effect.map(enterScopedOf(key, options, once), Option.fromNullable)
 
 /**
  * The lease the current fiber may reenter on `key`, if any: the innermost hold of its region on

@@ -19,7 +19,7 @@ import { makeFair } from "./internal/memory/fair.js"
 import { makeReadWrite } from "./internal/memory/readWrite.js"
 import { kindConflict, makeNotifier, makeStore, released } from "./internal/memory/store.js"
 import { makeMemorySemaphores } from "./internal/semaphore/memory.js"
-import { nowMillis } from "./internal/time.js"
+import { nowMillis, withNow } from "./internal/time.js"
 import type {
   AcquireAllResult,
   AcquireResult,
@@ -75,12 +75,12 @@ export const makePrimitives: Effect.Effect<MemoryPrimitives> = Effect.gen(functi
   const { live, locks } = store
 
   const releaseWith = <A>(key: string, owner: string, onFree: (now: number) => A) =>
-    Effect.map(nowMillis, (now): A | ReleaseResult => store.releaseWith(key, owner, now, () => onFree(now)))
+    withNow((now) => Effect.succeed<A | ReleaseResult>(store.releaseWith(key, owner, now, () => onFree(now))))
 
   return {
     name: "memory",
     tryAcquire: (request) =>
-      Effect.flatMap(nowMillis, (now): Effect.Effect<AcquireResult, LockBackendError> => {
+      withNow((now): Effect.Effect<AcquireResult, LockBackendError> => {
         if (store.liveReadWrite(request.key, now) !== undefined) {
           return Effect.fail(kindConflict(request.key, "acquire", "a read-write lock", "a lock"))
         }

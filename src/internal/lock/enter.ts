@@ -24,7 +24,7 @@ import type { Hold } from "./hold.js"
 import { makeHold, releaseHold } from "./hold.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
-import { keyErrorFor, resolvedBefore, resolveOptions, validateKeyFor } from "./options.js"
+import { keyErrorFor, resolvedBefore, resolveOptions } from "./options.js"
 import type { Region } from "./region.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
 import { watch } from "./watchdog.js"
@@ -161,9 +161,15 @@ const reenter = <A, E, R>(
     // a loss interrupts this very fiber, and the outer withLock reports it.
     const inPlace = hold.guarded?.has(fiber) === true
     const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
-    return Effect.flatMap(Effect.exit(run), (exit) => {
-      hold.count--
-      return exit
+    return Effect.matchCauseEffect(run, {
+      onFailure: (cause) => {
+        hold.count--
+        return Effect.failCause(cause)
+      },
+      onSuccess: (value) => {
+        hold.count--
+        return Effect.succeed(value)
+      }
     })
   })
 
@@ -234,21 +240,25 @@ export const withLockOf = <A, E, R, E2, Busy extends undefined, EK = never>(
   program: Program<A, E, R>,
   entry?: KindEntry<EK> | undefined
 ): Effect.Effect<A | Busy, E | E2 | EK | LockBackendError | LockLostError | LockOptionsError, R | LockBackend> =>
-  Effect.withFiberRuntime((fiber) => {
-    const error = keyErrorFor(Context.unsafeGet(fiber.currentContext, LockBackend), key)
-    if (error !== undefined) return Effect.fail(error)
-    const resolved = resolvedBefore(options)
-    return resolved === undefined
-      ? Effect.flatMap(resolveOptions(options), (resolved) => runLocked(key, resolved, attempt, program, entry))
-      : runLockedIn(fiber, key, resolved, attempt, program, entry, undefined)
-  })
+  Effect.withFiberRuntime((fiber) =>
+    validated(fiber, key, options, (resolved) => runLockedIn(fiber, key, resolved, attempt, program, entry, undefined))
+  )
 
-/** The key checked against the context's backend, and the options resolved. */
-export const validate = (
+/**
+ * `f` of the options resolved, once the key is checked against the fiber's backend (a
+ * `LockOptionsError` otherwise, before anything is sent). Synchronous for options seen before.
+ */
+const validated = <A, E, R>(
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
   key: string,
-  options: LockOptions | undefined
-): Effect.Effect<readonly [string, ResolvedOptions], LockOptionsError, LockBackend> =>
-  Effect.zip(Effect.flatMap(LockBackend, (backend) => validateKeyFor(backend, key)), resolveOptions(options))
+  options: LockOptions | undefined,
+  f: (resolved: ResolvedOptions) => Effect.Effect<A, E, R>
+): Effect.Effect<A, E | LockOptionsError, R> => {
+  const error = keyErrorFor(Context.unsafeGet(fiber.currentContext, LockBackend), key)
+  if (error !== undefined) return Effect.fail(error)
+  const resolved = resolvedBefore(options)
+  return resolved === undefined ? Effect.flatMap(resolveOptions(options), f) : f(resolved)
+}
 
 const runLockedIn = <A, E, R, E2, Busy extends undefined, EK = never>(
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
@@ -289,41 +299,58 @@ export const enterScoped = <E, Busy extends undefined, EK = never>(
   entry?: KindEntry<EK> | undefined,
   owner?: string | undefined
 ): Effect.Effect<Lease | Busy, E | EK | LockBackendError, LockBackend | Scope.Scope> =>
-  Effect.withFiberRuntime((fiber) => {
-    const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
-    const region = fiber.getFiberRef(currentRegion)
-    const enter = entering(fiber, key, entry)
-    if (enter instanceof LockBackendError) return Effect.fail(enter)
-    const backend = enter.backend
-    return Effect.uninterruptibleMask((restore): Effect.Effect<Lease | Busy, E | EK> => {
-      const reentered = findHold(region, backend, key)
-      if (reentered !== undefined) {
-        reentered.count++
-        metrics.count(metrics.reentries, backend.labels)
-        return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
-      }
-      const checkedOwner = checked(enter.check, region, enter.base, key)
-      if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
-      return Effect.flatMap(
-        acquireFresh(backend, key, options, attempt, restore, scope, fiber, checkedOwner.owner ?? owner),
-        (hold): Effect.Effect<Lease | Busy> =>
-          hold === undefined ? Effect.succeed(hold as Busy) : Effect.as(
-            // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
-            // scope closes, the hold leaves the region of the fiber that closes it, then is released.
-            // One closure per hold, and the finaliser's effect made only when the scope closes.
-            Effect.zipRight(
-              Scope.addFinalizerExit(
-                scope,
-                () =>
-                  Effect.zipRight(
-                    FiberRef.update(currentRegion, (current) => without(current, hold)),
-                    releaseHold(hold)
-                  )
-              ),
-              FiberRef.update(currentRegion, (current) => extend(current, hold))
-            ),
-            makeLease(hold)
-          )
-      )
-    })
+  Effect.withFiberRuntime((fiber) => enterScopedIn(fiber, key, options, attempt, entry, owner))
+
+/** `enterScoped` with the key checked and the options resolved first, as `withLockOf` does. */
+export const enterScopedOf = <E, Busy extends undefined, EK = never>(
+  key: string,
+  options: LockOptions | undefined,
+  attempt: Attempt<E, Busy>,
+  entry?: KindEntry<EK> | undefined
+): Effect.Effect<Lease | Busy, E | EK | LockBackendError | LockOptionsError, LockBackend | Scope.Scope> =>
+  Effect.withFiberRuntime((fiber) =>
+    validated(fiber, key, options, (resolved) => enterScopedIn(fiber, key, resolved, attempt, entry, undefined))
+  )
+
+const enterScopedIn = <E, Busy extends undefined, EK = never>(
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  key: string,
+  options: ResolvedOptions,
+  attempt: Attempt<E, Busy>,
+  entry: KindEntry<EK> | undefined,
+  owner: string | undefined
+): Effect.Effect<Lease | Busy, E | EK | LockBackendError> => {
+  const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
+  const region = fiber.getFiberRef(currentRegion)
+  const enter = entering(fiber, key, entry)
+  if (enter instanceof LockBackendError) return Effect.fail(enter)
+  const backend = enter.backend
+  return Effect.uninterruptibleMask((restore): Effect.Effect<Lease | Busy, E | EK> => {
+    const reentered = findHold(region, backend, key)
+    if (reentered !== undefined) {
+      reentered.count++
+      metrics.count(metrics.reentries, backend.labels)
+      return Effect.as(Scope.addFinalizer(scope, Effect.sync(() => reentered.count--)), makeLease(reentered))
+    }
+    const checkedOwner = checked(enter.check, region, enter.base, key)
+    if (!isOwner(checkedOwner)) return Effect.fail(checkedOwner)
+    return Effect.flatMap(
+      acquireFresh(backend, key, options, attempt, restore, scope, fiber, checkedOwner.owner ?? owner),
+      (hold): Effect.Effect<Lease | Busy> =>
+        hold === undefined ? Effect.succeed(hold as Busy) : Effect.zipRight(
+          // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
+          // scope closes, the hold leaves the region of the fiber that closes it, then is released.
+          // One closure per hold, and the finaliser's effect made only when the scope closes.
+          Scope.addFinalizerExit(
+            scope,
+            () =>
+              Effect.zipRight(
+                FiberRef.update(currentRegion, (current) => without(current, hold)),
+                releaseHold(hold)
+              )
+          ),
+          Effect.as(FiberRef.update(currentRegion, (current) => extend(current, hold)), makeLease(hold))
+        )
+    )
   })
+}

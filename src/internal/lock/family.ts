@@ -10,7 +10,7 @@ import type { Lease, LockOptions, Program, WithLockError } from "../../Lock.js"
 import type { LockBackend } from "../../LockBackend.js"
 import type { LockBackendError, LockOptionsError, LockTimeoutError } from "../../LockError.js"
 import type { KindEntry } from "./enter.js"
-import { enterScoped, once, validate, waiting, withLockOf } from "./enter.js"
+import { enterScopedOf, once, waiting, withLockOf } from "./enter.js"
 
 const isProgram = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
 
@@ -37,7 +37,7 @@ export const makeAcquire = <EK>(entry: KindEntry<EK>) =>
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Lease, EK | LockTimeoutError | LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(validate(key, options), ([key, resolved]) => enterScoped(key, resolved, waiting, entry))
+  enterScopedOf(key, options, waiting, entry)
 
 /** `tryAcquire(key, options?)`: one attempt; `None` when busy. */
 export const makeTryAcquire = <EK>(entry: KindEntry<EK>) =>
@@ -45,7 +45,4 @@ export const makeTryAcquire = <EK>(entry: KindEntry<EK>) =>
   key: string,
   options?: LockOptions | undefined
 ): Effect.Effect<Option.Option<Lease>, EK | LockBackendError | LockOptionsError, Scope.Scope | LockBackend> =>
-  Effect.flatMap(
-    validate(key, options),
-    ([key, resolved]) => Effect.map(enterScoped(key, resolved, once, entry), Option.fromNullable)
-  )
+  Effect.map(enterScopedOf(key, options, once, entry), Option.fromNullable)

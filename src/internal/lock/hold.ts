@@ -23,7 +23,7 @@ import { LockLostError } from "../../LockError.js"
 import type { Backend } from "../backend/make.js"
 import type { Member } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
-import { nowMillis } from "../time.js"
+import { clockOf, nowMillis, unsafeNowMillis } from "../time.js"
 import * as timers from "../timers.js"
 import type { ResolvedOptions } from "./options.js"
 
@@ -161,8 +161,10 @@ export const markLost = (hold: Hold, reason: LostReason, cause?: unknown): Effec
  * local waiter. A failed release is logged and counted, never raised: the lease then ends on its own.
  */
 export const releaseHold = (hold: Hold): Effect.Effect<void> =>
-  Effect.flatMap(nowMillis, (now) => {
+  Effect.withFiberRuntime((fiber) => {
     if (hold.state._tag === "Released") return Effect.void
+    const clock = clockOf(fiber)
+    const now = unsafeNowMillis(clock)
     const watched = unwatch(hold)
     metrics.time(timers.holdTime, hold.backend.labels, now - hold.acquiredAt)
     if (hold.state._tag === "Held") {
@@ -173,35 +175,31 @@ export const releaseHold = (hold: Hold): Effect.Effect<void> =>
     }
     const span = hold.span
     const releasing = hold.backend.release(hold.key, hold.owner, span)
-    const release = (span === undefined ? releasing : Effect.withSpan(releasing, "effect-lock.release", {
+    const release = span === undefined ? releasing : Effect.withSpan(releasing, "effect-lock.release", {
       parent: span,
       attributes: { "effect_lock.key": hold.key, "effect_lock.backend": hold.backend.name },
       captureStackTrace: false
-    })).pipe(
-      Effect.catchAll((error) =>
-        Effect.suspend(() => {
-          metrics.count(metrics.releaseFailures, hold.backend.labels)
-          return Effect.logWarning(
-            `Releasing lock "${hold.key}" failed (${error.message}); its lease will expire on its own`
-          ).pipe(Effect.annotateLogs({ key: hold.key, owner: hold.owner }))
-        })
-      )
-    )
-    // Stop the watchdog first: no renewal may follow the release.
-    const stopped = hold.ownScope !== undefined
-      ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), release)
-      : release
-    // The release never fails and runs uninterruptibly (a finaliser, or inside withLock's mask).
-    return Effect.zipRight(
-      stopped,
-      Effect.clockWith((clock) =>
-        Effect.sync(() => {
-          if (watched) hold.backend.renewals.untrack()
-          hold.backend.forget(hold)
-          span?.end(clock.unsafeCurrentTimeNanos(), Exit.void)
-        })
-      )
-    )
+    })
+    const done = () => {
+      if (watched) hold.backend.renewals.untrack()
+      hold.backend.forget(hold)
+      span?.end(clock.unsafeCurrentTimeNanos(), Exit.void)
+    }
+    const settled = Effect.matchEffect(release, {
+      onFailure: (error) => {
+        metrics.count(metrics.releaseFailures, hold.backend.labels)
+        return Effect.logWarning(
+          `Releasing lock "${hold.key}" failed (${error.message}); its lease will expire on its own`
+        ).pipe(Effect.annotateLogs({ key: hold.key, owner: hold.owner }), Effect.zipRight(Effect.sync(done)))
+      },
+      onSuccess: () => {
+        done()
+        return Effect.void
+      }
+    })
+    // Stop the watchdog first: no renewal may follow the release. The release never fails and runs
+    // uninterruptibly (a finaliser, or inside withLock's mask).
+    return hold.ownScope !== undefined ? Effect.zipRight(Scope.close(hold.ownScope, Exit.void), settled) : settled
   })
 
 export const remaining = (hold: Hold): Effect.Effect<Duration.Duration> =>
