@@ -19,7 +19,7 @@ import type { ConfigError } from "effect/ConfigError"
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from "ioredis"
 import { FAIR_WAIT_WINDOW_MILLIS } from "./internal/memory/fair.js"
 import * as acl from "./internal/redis/acl.js"
-import { isCluster } from "./internal/redis/clientOptions.js"
+import { connectReplicas, isCluster } from "./internal/redis/clientOptions.js"
 import type { Undo } from "./internal/redis/commands.js"
 import { makeCommands } from "./internal/redis/commands.js"
 import * as config from "./internal/redis/config.js"
@@ -216,6 +216,12 @@ const makePrimitives = (options: RedisBackendOptions, commandTimeout: number, re
     })
     const layout = makeKeyLayout(options.prefix ?? "", connections.mode === "cluster" ? "sharded" : "plain")
     const command = connections.command
+    // On a cluster the backend opened: replicas' connections open before a failover needs them.
+    if (options.client === undefined && isCluster(command)) {
+      const connect = connectReplicas(command)
+      yield* connections.listen(command, { refresh: connect })
+      connect()
+    }
     const allScripts = [...scripts.all, ...semaphoreScripts.all, ...fairScripts.all, ...readWriteScripts.all]
     yield* Effect.tryPromise({
       // On a cluster every master gets the scripts (a replica promoted later answers NOSCRIPT once,

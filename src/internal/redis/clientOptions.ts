@@ -83,3 +83,21 @@ export const clusterSubscriberOptions = (options: ClusterOptions, commandTimeout
   shardedSubscribers: true,
   redisOptions: { connectionName: "effect-lock", ...options.redisOptions, ...subscriberOptions(commandTimeout) }
 })
+
+/**
+ * Open the connection to every replica of a cluster client that ioredis has not opened yet. The
+ * backend calls it on the command cluster it owns, once connected and after each slot-map refresh.
+ *
+ * ioredis (5 and 6) opens a cluster node's connection on the node's first command, and with the
+ * offline queue off it fails every other command sent to that node while it connects ("Connection
+ * is closed."). Commands go to masters only, so a replica's connection stays unopened until a
+ * failover promotes it; then every call that met `MOVED` at the switch failed so, a
+ * `LockBackendError` (9 to 22 `withLock` calls per failover in test/cluster/failover.test.ts under
+ * load). Only replicas: ioredis' ready check after a reconnect asks a random master, and must not
+ * find its connection opening.
+ */
+export const connectReplicas = (cluster: Cluster) => (): void => {
+  for (const node of cluster.nodes("slave")) {
+    if (node.status === "wait") node.connect().catch(() => {})
+  }
+}
