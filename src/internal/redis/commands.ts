@@ -105,17 +105,13 @@ export const makeCommands = (connections: Connections, layout: KeyLayout, sync?:
     script: Script<I, A>,
     ...input: I
   ): Effect.Effect<A, LockBackendError> =>
-    budgeted(
-      Effect.async<A, LockBackendError>((resume) => {
-        sendWrite(syncedCalls.has(operation), script, input, (reply, confirmation) => {
-          const value = script.decode(reply)
-          if (value !== undefined) checkShort(operation, key, confirmation)
-          resume(value === undefined ? Effect.fail(unexpectedReply(operation, key, reply)) : Effect.succeed(value))
-        }, (cause) => resume(Effect.fail(redisError(operation, key, cause))))
-      }),
-      operation,
-      key
-    )
+    budgeted(operation, key, (settle) => {
+      sendWrite(syncedCalls.has(operation), script, input, (reply, confirmation) => {
+        const value = script.decode(reply)
+        if (value !== undefined) checkShort(operation, key, confirmation)
+        settle(value === undefined ? Effect.fail(unexpectedReply(operation, key, reply)) : Effect.succeed(value))
+      }, (cause) => settle(Effect.fail(redisError(operation, key, cause))))
+    })
 
   // The acquiring script may have run although its reply never reached the caller (a command
   // timeout, a dropped connection, an interrupted caller). Its hold is then released here, owner
@@ -158,64 +154,60 @@ export const makeCommands = (connections: Connections, layout: KeyLayout, sync?:
     script: Script<I, A>,
     ...input: I
   ): Effect.Effect<A, LockBackendError> =>
-    budgeted(
-      Effect.async<A, LockBackendError>((resume) => {
-        let abandoned = false
-        let settled = false
-        sendWrite(true, script, input, (reply, confirmation) => {
-          settled = true
-          const result = script.decode(reply)
-          if (sync !== undefined && confirmation !== undefined && result !== undefined && took(result)) {
-            if (confirmation.confirmed === 0) {
-              // No replica has this acquisition: a failover now would hand the lock to someone
-              // else while this caller believes it holds it. Undo it, and fail.
-              sync.short(operation, request.key, confirmation)
-              compensate(
-                request,
-                "no replica confirmed the acquisition",
-                undo,
-                "Released a lock taken by an acquire that no replica confirmed"
-              )
-              if (!abandoned) {
-                resume(Effect.fail(redisError(
-                  operation,
-                  request.key,
-                  new LockReplicaSyncError({
-                    key: request.key,
-                    required: sync.replicas,
-                    confirmed: confirmation.confirmed,
-                    timeoutMillis: sync.timeoutMillis,
-                    command: confirmation.command
-                  })
-                )))
-              }
-              return
-            }
-            checkShort(operation, request.key, confirmation)
-          }
-          if (!abandoned) {
-            resume(
-              result === undefined
-                ? Effect.fail(unexpectedReply(operation, request.key, reply))
-                : Effect.succeed(result)
+    budgeted(operation, request.key, (settle) => {
+      let abandoned = false
+      let settled = false
+      sendWrite(true, script, input, (reply, confirmation) => {
+        settled = true
+        const result = script.decode(reply)
+        if (sync !== undefined && confirmation !== undefined && result !== undefined && took(result)) {
+          if (confirmation.confirmed === 0) {
+            // No replica has this acquisition: a failover now would hand the lock to someone
+            // else while this caller believes it holds it. Undo it, and fail.
+            sync.short(operation, request.key, confirmation)
+            compensate(
+              request,
+              "no replica confirmed the acquisition",
+              undo,
+              "Released a lock taken by an acquire that no replica confirmed"
             )
-          } else if (result !== undefined && took(result)) {
-            compensate(request, "caller interrupted", undo)
+            if (!abandoned) {
+              settle(Effect.fail(redisError(
+                operation,
+                request.key,
+                new LockReplicaSyncError({
+                  key: request.key,
+                  required: sync.replicas,
+                  confirmed: confirmation.confirmed,
+                  timeoutMillis: sync.timeoutMillis,
+                  command: confirmation.command
+                })
+              )))
+            }
+            return
           }
-        }, (cause) => {
-          settled = true
-          if (!certainlyNotRun(cause)) compensate(request, messageOf(cause), undo)
-          if (!abandoned) resume(Effect.fail(redisError(operation, request.key, cause)))
-        })
-        // Interrupted while the script is in flight: whatever it turns out to have done must not
-        // outlive this caller.
-        return Effect.sync(() => {
-          if (!settled) abandoned = true
-        })
-      }),
-      operation,
-      request.key
-    )
+          checkShort(operation, request.key, confirmation)
+        }
+        if (!abandoned) {
+          settle(
+            result === undefined
+              ? Effect.fail(unexpectedReply(operation, request.key, reply))
+              : Effect.succeed(result)
+          )
+        } else if (result !== undefined && took(result)) {
+          compensate(request, "caller interrupted", undo)
+        }
+      }, (cause) => {
+        settled = true
+        if (!certainlyNotRun(cause)) compensate(request, messageOf(cause), undo)
+        if (!abandoned) settle(Effect.fail(redisError(operation, request.key, cause)))
+      })
+      // Abandoned while the script is in flight (the caller interrupted, or the budget ran out):
+      // whatever it turns out to have done must not outlive this caller.
+      return () => {
+        if (!settled) abandoned = true
+      }
+    })
 
   return {
     call,

@@ -11,7 +11,9 @@
  * the command connection is (re)connecting, a call waits for it inside that budget instead of
  * failing at once, so a blip shorter than the budget (a restart, a dropped connection) costs a
  * delay, not a `LockBackendError`. It is then sent exactly once: never queued for later, never
- * resent.
+ * resent. Where ioredis does not time the command itself (a cluster, an external client without
+ * `commandTimeout`), the budget is a deadline in one queue per connection served by one timer,
+ * not a fiber per call.
  */
 import type { Scope } from "effect"
 import { Effect, FiberSet, Redacted } from "effect"
@@ -29,7 +31,7 @@ import {
 } from "./clientOptions.js"
 import { backendName, describeConnectionError, redisError } from "./errors.js"
 import { clusterReadyCheckRefused } from "./permissions.js"
-import { makeWriteBatcher } from "./writeBatch.js"
+import { makeClusterWriteBatcher, makeWriteBatcher } from "./writeBatch.js"
 
 export type ConnectionName = "command" | "subscriber"
 
@@ -37,6 +39,9 @@ export type ConnectionName = "command" | "subscriber"
 export type Client = Redis | Cluster
 
 type Listener = Parameters<Redis["on"]>[1]
+
+/** Writes one command and reports its outcome to `settle`; returns what to do if it is abandoned. */
+export type Send<A> = (settle: (result: Effect.Effect<A, LockBackendError>) => void) => (() => void) | void
 
 export interface ConnectOptions {
   readonly url?: string | Redacted.Redacted<string> | undefined
@@ -61,17 +66,86 @@ export interface Connections {
   readonly clear: () => boolean
   /** Run `send` once the command connection is back (at once when it is), or `onClosed` if it never is. */
   readonly whenConnected: (send: () => void, onClosed: () => void) => void
-  /** `effect` (which sends one command) within the command budget, waiting for a reconnect inside it. */
+  /**
+   * One command, sent by `send`, within the command budget, waiting for a reconnect inside it. `send`
+   * writes the command and calls `settle` with its outcome (calls after the first, or after the
+   * budget ran out, are ignored); it may return `abandon`, called if the caller stops waiting while
+   * the command is in flight (the budget ran out, or the caller was interrupted).
+   */
   readonly budgeted: <A>(
-    effect: Effect.Effect<A, LockBackendError>,
     operation: BackendOperation,
-    key: string
+    key: string,
+    send: Send<A>
   ) => Effect.Effect<A, LockBackendError>
   /** `handlers` on `redis`'s events for the lifetime of the scope. */
   readonly listen: (
     redis: Client,
     handlers: Readonly<Record<string, Listener>>
   ) => Effect.Effect<void, never, Scope.Scope>
+}
+
+/**
+ * The calls' deadlines, all `commandTimeout` after their start: the order they are added in is
+ * the order they fall due, so one Node timer, armed for the oldest, serves them all. A call that
+ * settles in time cancels its deadline (the oldest ones are then dropped at once; the usual
+ * case, as replies come back in order); the timer fires at most once per `commandTimeout` while
+ * calls keep coming, and then moves to the oldest deadline still pending.
+ */
+const makeDeadlines = (commandTimeout: number) => {
+  interface Deadline {
+    readonly at: number
+    fire: (() => void) | undefined
+  }
+  let queue: Array<Deadline> = []
+  let head = 0
+  let timer: ReturnType<typeof setTimeout> | undefined
+  let closed = false
+  const dropSettled = () => {
+    while (queue[head]?.fire === undefined && head < queue.length) head++
+    if (head === queue.length) {
+      queue = []
+      head = 0
+    } else if (head >= 1024 && head * 2 >= queue.length) {
+      queue = queue.slice(head)
+      head = 0
+    }
+  }
+  const arm = () => {
+    const next = queue[head]
+    if (timer !== undefined || next === undefined) return
+    timer = setTimeout(expire, Math.max(1, Math.ceil(next.at - performance.now())))
+    // Once the backend is closed, a call still pending keeps no process alive.
+    if (closed) timer.unref()
+  }
+  const expire = () => {
+    timer = undefined
+    const now = performance.now()
+    for (let deadline = queue[head]; deadline !== undefined; deadline = queue[head]) {
+      if (deadline.fire !== undefined && deadline.at > now) break
+      head++
+      const fire = deadline.fire
+      deadline.fire = undefined
+      fire?.()
+    }
+    dropSettled()
+    arm()
+  }
+  return {
+    add: (fire: () => void): Deadline => {
+      const deadline: Deadline = { at: performance.now() + commandTimeout, fire }
+      queue.push(deadline)
+      arm()
+      return deadline
+    },
+    cancel: (deadline: Deadline) => {
+      deadline.fire = undefined
+      dropSettled()
+    },
+    close: () => {
+      closed = true
+      timer?.unref()
+    }
+  }
 }
 
 const listen = (redis: Client, handlers: Readonly<Record<string, Listener>>) =>
@@ -211,27 +285,29 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
 
     // --- the command budget ---------------------------------------------------------------------
 
+    // Calls waiting for the connection, and compensations (`whenConnected`), which go out first.
     const connectionWaiters = new Set<(connected: boolean) => void>()
+    const priorityWaiters = new Set<(connected: boolean) => void>()
     const settleWaiters = (connected: boolean) => () => {
+      for (const waiter of Array.from(priorityWaiters)) waiter(connected)
       for (const waiter of Array.from(connectionWaiters)) waiter(connected)
     }
     // "end": ioredis gave up reconnecting (its retryStrategy) or the connection was closed.
     const onCommandEnd = settleWaiters(false)
-    yield* Effect.addFinalizer(() => Effect.sync(onCommandEnd))
     yield* listen(command, { ready: settleWaiters(true), end: onCommandEnd })
 
     // Connected, and nothing queued for the connection: calls queued while it was away (a
     // compensating release first of all) go out before any new one.
-    const clear = () => command.status === "ready" && connectionWaiters.size === 0
+    const clear = () => command.status === "ready" && connectionWaiters.size === 0 && priorityWaiters.size === 0
 
     const whenConnected = (send: () => void, onClosed: () => void) => {
       if (clear()) return send()
       const waiter = (connected: boolean) => {
-        connectionWaiters.delete(waiter)
+        priorityWaiters.delete(waiter)
         if (connected) send()
         else onClosed()
       }
-      connectionWaiters.add(waiter)
+      priorityWaiters.add(waiter)
     }
 
     const unreachable = (operation: BackendOperation, key: string, why: string) => {
@@ -245,63 +321,91 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       )
     }
 
-    const connected = (operation: BackendOperation, key: string): Effect.Effect<void, LockBackendError> =>
-      Effect.async<void, LockBackendError>((resume) => {
-        if (clear()) {
-          resume(Effect.void)
-          return
-        }
-        if (command.status === "end") {
-          resume(Effect.fail(unreachable(operation, key, "the connection is closed")))
-          return
-        }
-        const waiter = (ok: boolean) => {
-          connectionWaiters.delete(waiter)
-          resume(ok ? Effect.void : Effect.fail(unreachable(operation, key, "the connection is closed")))
-        }
-        connectionWaiters.add(waiter)
-        return Effect.sync(() => {
-          connectionWaiters.delete(waiter)
-        })
+    const deadlines = makeDeadlines(commandTimeout)
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        onCommandEnd()
+        deadlines.close()
       })
+    )
 
     // An external client may have no command timeout of its own; then the backend applies one. A
     // cluster client's node timeout restarts on each redirection, so the backend always applies one.
     const ownTimeout = !isCluster(command) && typeof command.options.commandTimeout === "number"
 
-    // The budget must be able to stop a call even where the caller is uninterruptible (the lock
-    // runs acquire attempts uninterruptibly), hence `interruptible`: an interrupted wait for the
-    // connection has sent nothing, and an interrupted acquire in flight is compensated.
-    const withinBudget = <A>(effect: Effect.Effect<A, LockBackendError>, onTimeout: () => LockBackendError) =>
-      Effect.timeoutFail(Effect.interruptible(effect), { duration: commandTimeout, onTimeout })
-
-    const budgeted = <A>(
-      effect: Effect.Effect<A, LockBackendError>,
-      operation: BackendOperation,
-      key: string
-    ): Effect.Effect<A, LockBackendError> =>
-      Effect.suspend(() => {
-        // The hot path: connected, and ioredis times the command out itself.
-        if (clear()) {
-          return ownTimeout
-            ? effect
-            : withinBudget(effect, () => redisError(operation, key, new Error("Command timed out")))
+    // The hot path: connected, and ioredis times the command out itself.
+    const direct = <A>(send: Send<A>) =>
+      Effect.async<A, LockBackendError>((resume) => {
+        let done = false
+        const abandon = send((result) => {
+          if (done) return
+          done = true
+          resume(result)
+        })
+        if (typeof abandon === "function") {
+          return Effect.sync(() => {
+            if (!done) abandon()
+          })
         }
+      })
+
+    // Every other call carries its own deadline (`makeDeadlines`: one timer shared by all calls, no
+    // fiber per call). The deadline fails the call without interrupting anyone, so it stops a call
+    // even where the caller is uninterruptible (the lock runs acquire attempts uninterruptibly),
+    // and such a caller, interrupted meanwhile, still gets the call's outcome. An interruptible
+    // caller stops waiting when interrupted: a wait for the connection has sent nothing then, and
+    // an acquire in flight is compensated (`abandon`), as when the deadline passes.
+    const withDeadline = <A>(operation: BackendOperation, key: string, send: Send<A>) =>
+      Effect.async<A, LockBackendError>((resume) => {
+        let done = false
         let sent = false
-        return withinBudget(
-          Effect.zipRight(
-            connected(operation, key),
-            Effect.suspend(() => {
-              sent = true
-              return effect
-            })
-          ),
-          () =>
+        let abandon: (() => void) | void = undefined
+        let waiter: ((connected: boolean) => void) | undefined
+        const deadline = deadlines.add(() => {
+          if (done) return
+          done = true
+          if (waiter !== undefined) connectionWaiters.delete(waiter)
+          if (sent && typeof abandon === "function") abandon()
+          resume(Effect.fail(
             sent
               ? redisError(operation, key, new Error("Command timed out"))
               : unreachable(operation, key, `no connection within the command timeout (${commandTimeout} ms)`)
-        )
+          ))
+        })
+        const settle = (result: Effect.Effect<A, LockBackendError>) => {
+          if (done) return
+          done = true
+          deadlines.cancel(deadline)
+          resume(result)
+        }
+        const go = () => {
+          sent = true
+          abandon = send(settle)
+        }
+        if (clear()) go()
+        else if (command.status === "end") settle(Effect.fail(unreachable(operation, key, "the connection is closed")))
+        else {
+          const onConnection = (connected: boolean) => {
+            connectionWaiters.delete(onConnection)
+            waiter = undefined
+            if (done) return
+            if (connected) go()
+            else settle(Effect.fail(unreachable(operation, key, "the connection is closed")))
+          }
+          waiter = onConnection
+          connectionWaiters.add(onConnection)
+        }
+        return Effect.sync(() => {
+          if (done) return
+          done = true
+          deadlines.cancel(deadline)
+          if (waiter !== undefined) connectionWaiters.delete(waiter)
+          if (sent && typeof abandon === "function") abandon()
+        })
       })
+
+    const budgeted = <A>(operation: BackendOperation, key: string, send: Send<A>): Effect.Effect<A, LockBackendError> =>
+      Effect.suspend(() => ownTimeout && clear() ? direct(send) : withDeadline(operation, key, send))
 
     return {
       mode: clustered ? "cluster" : "standalone",
@@ -309,8 +413,7 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       subscriber,
       commandTimeout,
       runFork,
-      // A cluster client writes to many sockets of its own; its commands go out unbatched.
-      batch: isCluster(command) ? () => {} : makeWriteBatcher(command),
+      batch: isCluster(command) ? makeClusterWriteBatcher(command) : makeWriteBatcher(command),
       clear,
       whenConnected,
       budgeted,

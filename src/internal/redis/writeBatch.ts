@@ -6,7 +6,7 @@
  * with one `writev`, in order, without holding a lone command back by more than a microtask
  * (unlike ioredis' auto-pipelining, which waits for the next tick and builds a pipeline).
  */
-import type { Redis } from "ioredis"
+import type { Cluster, Redis } from "ioredis"
 
 /** Returns `batch`, to call right before each command written on `redis`. */
 export const makeWriteBatcher = (redis: Redis): () => void => {
@@ -23,6 +23,34 @@ export const makeWriteBatcher = (redis: Redis): () => void => {
     if (stream === undefined || stream === null || !stream.writable) return
     stream.cork()
     corked = stream
+    queueMicrotask(uncork)
+  }
+}
+
+/**
+ * `makeWriteBatcher` for a cluster client: the first command of a turn corks every master's socket
+ * (the command cluster writes only to masters, each command to its slot's), and a microtask
+ * uncorks them, so each master gets one write per turn however many commands it was sent.
+ */
+export const makeClusterWriteBatcher = (cluster: Cluster): () => void => {
+  let corked: Array<Redis["stream"]> = []
+  let pending = false
+  const uncork = () => {
+    const streams = corked
+    corked = []
+    pending = false
+    for (const stream of streams) stream.uncork()
+  }
+  return () => {
+    if (pending) return
+    pending = true
+    for (const node of cluster.nodes("master")) {
+      const stream = node.stream
+      // Only live sockets: a node (re)connecting keeps its commands itself.
+      if (stream === undefined || stream === null || !stream.writable) continue
+      stream.cork()
+      corked.push(stream)
+    }
     queueMicrotask(uncork)
   }
 }
