@@ -60,6 +60,19 @@ export const runGuarded = <A, E, R>(
         ? undefined
         : (refs, fiberId) => FiberRefs.updateAs(refs, { fiberId, fiberRef: currentRegion, value: region })
     })
+    // The program's result, once the fiber is done: a loss that interrupted it becomes the hold's
+    // `LockLostError`, and FiberRefs it set pass to the caller.
+    const settle = (exit: Exit.Exit<A, E | LockLostError>): Effect.Effect<A, E | LockLostError> => {
+      const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
+      if (ended !== undefined) return Effect.fail(ended)
+      return initialRefs !== undefined && unchanged(initialRefs, fiber.getFiberRefs())
+        ? exit
+        : Effect.zipRight(Fiber.inheritAll(fiber), exit)
+    }
+    // A program that finished within its first run (short, synchronous work) is not awaited: that
+    // would cost a trip through the scheduler for a result that is already there.
+    const done = fiber.unsafePoll()
+    if (done !== null) return settle(done)
     ;(hold.guarded ??= new Set()).add(fiber as Fiber.RuntimeFiber<unknown, unknown>)
     if (hold.state._tag !== "Held") fiber.unsafeInterruptAsFork(FiberId.none)
     return Effect.flatMap(
@@ -73,12 +86,7 @@ export const runGuarded = <A, E, R>(
           )
         }
         hold.guarded?.delete(fiber as Fiber.RuntimeFiber<unknown, unknown>)
-        const exit = awaited.value
-        const ended = Exit.isFailure(exit) ? endedBy(hold, exit.cause) : undefined
-        if (ended !== undefined) return Effect.fail(ended)
-        return initialRefs !== undefined && unchanged(initialRefs, fiber.getFiberRefs())
-          ? exit
-          : Effect.zipRight(Fiber.inheritAll(fiber), exit)
+        return settle(awaited.value)
       }
     )
   })
