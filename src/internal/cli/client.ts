@@ -3,10 +3,15 @@
  * the host and port only), the lock described in one script, lock-shaped keys found with SCAN,
  * and the forced unlock. ioredis is imported when a command first connects, so `--help` runs
  * without it.
+ *
+ * A Redis Cluster is detected (`INFO cluster` of the node the URL names): the CLI then opens an
+ * ioredis `Cluster` from that node with the URL's credentials, runs each lock's script on its
+ * slot's master, scans every master, and publishes a forced unlock with `SPUBLISH` on the lock's
+ * shard, where sharded subscribers (effect-lock's and Redisson's) listen.
  */
 import type { Scope } from "effect"
 import { Effect, Redacted } from "effect"
-import type { Redis } from "ioredis"
+import type { Cluster, Redis, RedisOptions } from "ioredis"
 import { makeKeyLayout, prefixName, unlockMessage } from "../redis/keys.js"
 import type { Script } from "../redis/scripts.js"
 import { defineScript, runScript } from "../redis/scripts.js"
@@ -19,10 +24,15 @@ export interface Target {
 }
 
 export interface Connection {
-  readonly redis: Redis
+  /** The server, or on a cluster the cluster client (each call routed to its key's master). */
+  readonly redis: Redis | Cluster
   /** `host:port`, all an error may say about the URL. */
   readonly host: string
   readonly target: Target
+  /** Whether the URL names a node of a Redis Cluster. */
+  readonly cluster: boolean
+  /** The server, or every master of the cluster (for SCAN and keyspace events). */
+  readonly masters: () => ReadonlyArray<Redis>
 }
 
 export type LockKind = "lock" | "fair-lock" | "read-write-lock" | "none"
@@ -84,8 +94,46 @@ const commandError = (connection: Connection, error: unknown): CliError => {
 }
 
 /**
+ * Close a connection: `QUIT`, then a hard disconnect. A finalizer runs uninterruptibly, where a
+ * timeout cannot stop a wait for a reply that never comes: that wait is made interruptible (as
+ * the backend's connections close, connection.ts), so after a second the disconnect happens.
+ */
+const close = (redis: Redis | Cluster) =>
+  Effect.tryPromise(() => redis.quit()).pipe(
+    Effect.interruptible,
+    Effect.timeout("1 second"),
+    Effect.ignore,
+    Effect.ensuring(Effect.sync(() => redis.disconnect()))
+  )
+
+/** Whether the server says it is a cluster node (`cluster_enabled:1`); not a cluster when it cannot tell. */
+const isClusterNode = (redis: Redis) =>
+  Effect.tryPromise(() => redis.info("cluster")).pipe(
+    Effect.map((info) => /^cluster_enabled:1\s*$/m.test(info)),
+    Effect.orElseSucceed(() => false)
+  )
+
+/** What a node connection of the cluster takes from the URL: credentials and TLS (a cluster has only db 0). */
+const nodeOptionsOf = (url: string): RedisOptions => {
+  const parsed = new URL(url)
+  return {
+    ...(parsed.username === "" ? {} : { username: decodeURIComponent(parsed.username) }),
+    ...(parsed.password === "" ? {} : { password: decodeURIComponent(parsed.password) }),
+    ...(parsed.protocol === "rediss:" ? { tls: {} } : {})
+  }
+}
+
+const commonOptions = {
+  connectionName: "effect-lock-cli",
+  maxRetriesPerRequest: 0,
+  connectTimeout: 5_000,
+  commandTimeout: 10_000
+} as const
+
+/**
  * Connect (and check with PING that the server accepts us), closed with the scope. One attempt:
- * an operator's tool should say at once that Redis is not there, not retry in silence.
+ * an operator's tool should say at once that Redis is not there, not retry in silence. A node of a
+ * Redis Cluster is recognized, and the cluster opened from it.
  */
 export const connect = (target: Target): Effect.Effect<Connection, CliError, Scope.Scope> =>
   Effect.gen(function*() {
@@ -97,7 +145,7 @@ export const connect = (target: Target): Effect.Effect<Connection, CliError, Sco
         exitCode: ExitCode.usage
       })
     }
-    const { Redis } = yield* Effect.tryPromise({
+    const ioredis = yield* Effect.tryPromise({
       try: () => import("ioredis"),
       catch: () =>
         new CliError({
@@ -107,28 +155,19 @@ export const connect = (target: Target): Effect.Effect<Connection, CliError, Sco
     })
     const redis = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        new Redis(url, {
+        new ioredis.Redis(url, {
+          ...commonOptions,
           lazyConnect: true,
-          connectionName: "effect-lock-cli",
           enableOfflineQueue: false,
-          maxRetriesPerRequest: 0,
-          retryStrategy: () => null,
-          connectTimeout: 5_000,
-          commandTimeout: 10_000
+          retryStrategy: () => null
         })
       ),
-      (redis) =>
-        Effect.tryPromise(() => redis.quit()).pipe(
-          Effect.timeout("1 second"),
-          Effect.ignore,
-          Effect.ensuring(Effect.sync(() => redis.disconnect()))
-        )
+      close
     )
     // Without a listener ioredis prints "Unhandled error event" with the error; the reason is
     // reported by the failed call below instead.
     let lastError: unknown
     redis.on("error", (error: unknown) => (lastError = error))
-    const connection: Connection = { redis, host, target }
     const unreachable = (error: unknown) => {
       const message = scrub(url, messageOf(lastError ?? error))
       return isAuthError(message)
@@ -140,13 +179,38 @@ export const connect = (target: Target): Effect.Effect<Connection, CliError, Sco
     }
     yield* Effect.tryPromise({ try: () => redis.connect(), catch: unreachable })
     yield* Effect.tryPromise({ try: () => redis.ping(), catch: unreachable })
-    return connection
+    if (!(yield* isClusterNode(redis))) {
+      return { redis, host, target, cluster: false, masters: () => [redis] } satisfies Connection
+    }
+    const parsed = new URL(url)
+    const cluster = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        new ioredis.Cluster([{ host: parsed.hostname || "127.0.0.1", port: Number(parsed.port || "6379") }], {
+          lazyConnect: true,
+          clusterRetryStrategy: () => null,
+          slotsRefreshTimeout: 5_000,
+          redisOptions: { ...nodeOptionsOf(url), ...commonOptions }
+        })
+      ),
+      close
+    )
+    cluster.on("error", (error: unknown) => (lastError = error))
+    yield* Effect.tryPromise({ try: () => cluster.connect(), catch: unreachable })
+    return { redis: cluster, host, target, cluster: true, masters: () => cluster.nodes("master") } satisfies Connection
   })
 
-/** Run a raw command. */
+/** Run a raw command (on a cluster, where ioredis routes it). */
 export const call = <A>(connection: Connection, ...args: [string, ...Array<string | number>]) =>
+  callOn<A>(connection, connection.redis, ...args)
+
+/** Run a raw command on `redis`: the server, one master of the cluster, or the cluster client. */
+export const callOn = <A>(
+  connection: Connection,
+  redis: Redis | Cluster,
+  ...args: [string, ...Array<string | number>]
+) =>
   Effect.tryPromise({
-    try: () => connection.redis.call(...args) as Promise<A>,
+    try: () => redis.call(...args) as Promise<A>,
     catch: (error) => commandError(connection, error)
   })
 
@@ -172,26 +236,30 @@ interface Snapshot {
   readonly pttl: number
   readonly token: string
   readonly queued: number
+  readonly subscribers: number
   readonly fields: ReadonlyArray<readonly [string, string]>
 }
 
 const describeScript = defineScript({
   name: "describe",
-  encode: (lock: string, token: string, queue: string) => [[lock, token, queue], []] as const,
+  encode: (lock: string, token: string, queue: string, channel: string) => [[lock, token, queue, channel], []] as const,
   decode: (reply): Snapshot | undefined => {
-    if (!Array.isArray(reply) || reply.length < 4) return undefined
-    const [type, pttl, token, queued] = reply as [unknown, unknown, unknown, unknown]
-    if (typeof type !== "string" || typeof pttl !== "number" || typeof queued !== "number") return undefined
+    if (!Array.isArray(reply) || reply.length < 5) return undefined
+    const [type, pttl, token, queued, subscribers] = reply as [unknown, unknown, unknown, unknown, unknown]
+    if (
+      typeof type !== "string" || typeof pttl !== "number" || typeof queued !== "number" ||
+      typeof subscribers !== "number"
+    ) return undefined
     const fields: Array<readonly [string, string]> = []
-    for (let i = 4; i + 1 < reply.length; i += 2) fields.push([String(reply[i]), String(reply[i + 1])])
-    return { type, pttl, token: String(token), queued, fields }
+    for (let i = 5; i + 1 < reply.length; i += 2) fields.push([String(reply[i]), String(reply[i + 1])])
+    return { type, pttl, token: String(token), queued, subscribers, fields }
   }
 })
 
 const forceUnlockScript = defineScript({
   name: "force-unlock",
-  encode: (lock: string, channel: string, readWriteChannel: string, queue: string) =>
-    [[lock, channel, readWriteChannel, queue], [unlockMessage]] as const,
+  encode: (lock: string, channel: string, readWriteChannel: string, queue: string, publish: "publish" | "spublish") =>
+    [[lock, channel, readWriteChannel, queue], [unlockMessage, publish]] as const,
   decode: (reply): { readonly status: -1 | 0 | 1; readonly detail: string | number } | undefined => {
     if (!Array.isArray(reply)) return undefined
     const [status, detail] = reply as [unknown, unknown]
@@ -218,16 +286,6 @@ const lockShaped = (fields: ReadonlyArray<readonly [string, string]>) =>
     field === "mode" ? value === "read" || value === "write" : field.includes(":") && /^[1-9]\d*$/.test(value)
   )
 
-/** Connections subscribed to the release channel: plain and sharded (cluster mode, Redis 7+). */
-const subscribers = (connection: Connection, channel: string) =>
-  Effect.gen(function*() {
-    const plain = yield* call<Array<string | number>>(connection, "PUBSUB", "NUMSUB", channel)
-    const sharded = yield* call<Array<string | number>>(connection, "PUBSUB", "SHARDNUMSUB", channel).pipe(
-      Effect.orElseSucceed(() => [channel, 0])
-    )
-    return Number(plain[1] ?? 0) + Number(sharded[1] ?? 0)
-  })
-
 export type Described =
   | { readonly _tag: "Lock"; readonly description: LockDescription; readonly lockShaped: boolean }
   | { readonly _tag: "NotALock"; readonly type: string }
@@ -236,7 +294,7 @@ export type Described =
 export const describe = (connection: Connection, name: string): Effect.Effect<Described, CliError> =>
   Effect.gen(function*() {
     const keys = keysOf(connection.target, name)
-    const snapshot = yield* runCli(connection, describeScript, keys.lock, keys.token, keys.queue)
+    const snapshot = yield* runCli(connection, describeScript, keys.lock, keys.token, keys.queue, keys.channel)
     if (snapshot.type !== "hash" && snapshot.type !== "none") return { _tag: "NotALock", type: snapshot.type }
     const mode = snapshot.fields.find(([field]) => field === "mode")
     const kind: LockKind = mode !== undefined
@@ -249,7 +307,7 @@ export const describe = (connection: Connection, name: string): Effect.Effect<De
     const holders = snapshot.fields
       .filter(([field]) => field !== "mode")
       .map(([owner, count]) => ({ owner, count: Number(count) }))
-    const waiters = (yield* subscribers(connection, keys.channel)) + snapshot.queued
+    const waiters = snapshot.subscribers + snapshot.queued
     return {
       _tag: "Lock",
       lockShaped: snapshot.type === "hash" && lockShaped(snapshot.fields),
@@ -272,22 +330,26 @@ export const list = (connection: Connection, pattern: string): Effect.Effect<Arr
     const { prefix } = connection.target
     const match = globEscape(prefix) + pattern
     const names = new Set<string>()
-    let cursor = "0"
-    do {
-      const [next, keys] = yield* call<[string, Array<string>]>(
-        connection,
-        "SCAN",
-        cursor,
-        "MATCH",
-        match,
-        "COUNT",
-        1000,
-        "TYPE",
-        "hash"
-      )
-      cursor = next
-      for (const key of keys) if (key.startsWith(prefix)) names.add(key.slice(prefix.length))
-    } while (cursor !== "0")
+    // On a cluster each master holds its own slots' keys: every one is scanned.
+    for (const master of connection.masters()) {
+      let cursor = "0"
+      do {
+        const [next, keys] = yield* callOn<[string, Array<string>]>(
+          connection,
+          master,
+          "SCAN",
+          cursor,
+          "MATCH",
+          match,
+          "COUNT",
+          1000,
+          "TYPE",
+          "hash"
+        )
+        cursor = next
+        for (const key of keys) if (key.startsWith(prefix)) names.add(key.slice(prefix.length))
+      } while (cursor !== "0")
+    }
     const found: Array<LockDescription> = []
     for (const name of [...names].sort()) {
       const described = yield* describe(connection, name)
@@ -301,7 +363,10 @@ export type Unlocked =
   | { readonly _tag: "NotLocked" }
   | { readonly _tag: "NotALock"; readonly type: string }
 
-/** Delete the lock whoever holds it and publish the release, so its waiters try at once. */
+/**
+ * Delete the lock whoever holds it and publish the release, so its waiters try at once: with
+ * `SPUBLISH` on a cluster (the channels share the lock's slot, so the script runs on its master).
+ */
 export const forceUnlock = (connection: Connection, name: string): Effect.Effect<Unlocked, CliError> =>
   Effect.gen(function*() {
     const keys = keysOf(connection.target, name)
@@ -311,7 +376,8 @@ export const forceUnlock = (connection: Connection, name: string): Effect.Effect
       keys.lock,
       keys.channel,
       keys.readWriteChannel,
-      keys.queue
+      keys.queue,
+      connection.cluster ? "spublish" : "publish"
     )
     if (result.status === 1) return { _tag: "Unlocked", receivers: Number(result.detail) }
     if (result.status === 0) return { _tag: "NotLocked" }

@@ -22,7 +22,7 @@ const defaultUrl = "redis://127.0.0.1:6379"
 const url = Options.redacted("url").pipe(
   Options.withPseudoName("URL"),
   Options.withDescription(
-    `The Redis server, as redis://[[user]:password@]host[:port][/db] or rediss://... for TLS. Falls back to the REDIS_URL environment variable, then to ${defaultUrl}. Only host and port are ever printed.`
+    `The Redis server (or any node of a Redis Cluster, which is detected), as redis://[[user]:password@]host[:port][/db] or rediss://... for TLS. Falls back to the REDIS_URL environment variable, then to ${defaultUrl}. Only host and port are ever printed.`
   ),
   Options.withFallbackConfig(Config.redacted("REDIS_URL")),
   Options.withDefault(Redacted.make(defaultUrl))
@@ -111,7 +111,7 @@ const watchCommand = Command.make(
     )
 ).pipe(
   Command.withDescription(
-    "A live table of the locks matching the pattern and a log of acquisitions, hand-overs, releases and expiries, from release notifications and keyspace events (notify-keyspace-events with K and A, or Khgx; without them, changes show at the next refresh). With --json, or when stdout is not a terminal, one line per change instead. Ctrl-C leaves."
+    "A live table of the locks matching the pattern and a log of acquisitions, hand-overs, releases and expiries, from release notifications and keyspace events (notify-keyspace-events with K and A, or Khgx; without them, changes show at the next refresh). On a Redis Cluster it follows the sharded release channels of the locks it shows and every master's keyspace events. With --json, or when stdout is not a terminal, one line per change instead. Ctrl-C leaves."
   )
 )
 

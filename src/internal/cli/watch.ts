@@ -7,15 +7,22 @@
  * off by default in Redis). A change is the difference between two descriptions, so an event
  * that changed nothing prints nothing.
  *
+ * On a Redis Cluster release notifications are sharded (`SSUBSCRIBE`), and a sharded channel
+ * cannot be pattern-subscribed: `watch` subscribes to the release channels of the locks on its
+ * table (each on its shard, through a cluster client with sharded subscribers) as they appear,
+ * and drops them as they go. Keyspace events are local to each node in a cluster, so they are
+ * pattern-subscribed on every master (those that publish them); locks nobody has seen yet show up
+ * through them, or at the next refresh, which scans every master.
+ *
  * On a terminal the screen is redrawn (alternate screen, cursor hidden, both restored on exit);
  * otherwise, or with `--json`, one line per change.
  */
 import type { Scope } from "effect"
 import { Clock, Effect, Queue } from "effect"
-import type { Redis } from "ioredis"
+import type { Cluster, Redis } from "ioredis"
 import { makeKeyLayout } from "../redis/keys.js"
 import type { Connection, LockDescription, Target } from "./client.js"
-import { call, connect, describe, list } from "./client.js"
+import { callOn, connect, describe, list, redisKeysOf } from "./client.js"
 import { CliError, ExitCode } from "./errors.js"
 import { columns, duration, row, table } from "./format.js"
 
@@ -103,20 +110,51 @@ const clock = (at: number) => new Date(at).toISOString().slice(11, 23)
 const keyspaceEventsOn = (flags: string) =>
   flags.includes("K") && (flags.includes("A") || /(?=.*h)(?=.*g)(?=.*x)/.test(flags))
 
-const subscriberFor = (connection: Connection): Effect.Effect<Redis, CliError, Scope.Scope> =>
+/** A connection of its own for subscribing, made like `redis`, closed with the scope. */
+const subscriberFor = (connection: Connection, redis: Redis): Effect.Effect<Redis, CliError, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.sync(() => connection.redis.duplicate({ connectionName: "effect-lock-cli-watch" })),
+    Effect.sync(() => redis.duplicate({ connectionName: "effect-lock-cli-watch", lazyConnect: true })),
     (redis) => Effect.sync(() => redis.disconnect())
   ).pipe(
     Effect.tap((redis) =>
       Effect.tryPromise({
         try: () => {
           redis.on("error", () => {})
-          return redis.status === "ready" ? Promise.resolve() : redis.connect()
+          return redis.connect()
         },
         catch: () =>
           new CliError({
             message: `cannot open a subscriber connection to Redis at ${connection.host}`,
+            exitCode: ExitCode.unreachable
+          })
+      })
+    )
+  )
+
+/** The cluster's sharded subscribers (one connection per master with channels), closed with the scope. */
+const shardedSubscriberFor = (
+  connection: Connection,
+  cluster: Cluster
+): Effect.Effect<Cluster, CliError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() =>
+      cluster.duplicate([], {
+        shardedSubscribers: true,
+        lazyConnect: true,
+        redisOptions: { ...cluster.options.redisOptions, connectionName: "effect-lock-cli-watch" }
+      })
+    ),
+    (cluster) => Effect.sync(() => cluster.disconnect())
+  ).pipe(
+    Effect.tap((cluster) =>
+      Effect.tryPromise({
+        try: () => {
+          cluster.on("error", () => {})
+          return cluster.connect()
+        },
+        catch: () =>
+          new CliError({
+            message: `cannot open a subscriber connection to the cluster at ${connection.host}`,
             exitCode: ExitCode.unreachable
           })
       })
@@ -129,26 +167,30 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
     const { prefix } = target
     const matches = globToRegExp(pattern)
     const layout = makeKeyLayout(prefix)
-    const flags = yield* call<Array<string>>(connection, "CONFIG", "GET", "notify-keyspace-events").pipe(
-      Effect.map((reply) => reply[1] ?? ""),
-      Effect.orElseSucceed(() => undefined)
-    )
+    // Every master's setting (a cluster's nodes publish their own keys' events only).
+    const masters = connection.masters()
+    const settings = yield* Effect.forEach(masters, (master) =>
+      callOn<Array<string>>(connection, master, "CONFIG", "GET", "notify-keyspace-events").pipe(
+        Effect.map((reply) =>
+          reply[1] ?? ""
+        ),
+        Effect.orElseSucceed(() => undefined)
+      ))
+    const flags = settings.find((setting) => setting === undefined || !keyspaceEventsOn(setting)) ?? settings[0]
     const keyspace = flags !== undefined && keyspaceEventsOn(flags)
-    const db = connection.redis.options.db ?? 0
+    const db = connection.cluster ? 0 : (connection.redis as Redis).options.db ?? 0
     const keyspaceHead = `__keyspace@${db}__:`
     const readWriteHead = "redisson_rwlock:"
 
     // (name, hint): a key to describe again, and the event that said so.
     const pending = yield* Queue.unbounded<readonly [string, string | undefined]>()
-    const subscriber = yield* subscriberFor(connection)
-    subscriber.on("pmessage", (_pattern: string, channel: string, message: string) => {
-      if (channel.startsWith(keyspaceHead)) {
-        const redisKey = channel.slice(keyspaceHead.length)
-        if (!redisKey.startsWith(prefix)) return
-        const name = redisKey.slice(prefix.length)
-        if (matches.test(name)) Queue.unsafeOffer(pending, [name, message])
-        return
-      }
+    const onKeyspace = (channel: string, message: string) => {
+      const redisKey = channel.slice(keyspaceHead.length)
+      if (!redisKey.startsWith(prefix)) return
+      const name = redisKey.slice(prefix.length)
+      if (matches.test(name)) Queue.unsafeOffer(pending, [name, message])
+    }
+    const onRelease = (channel: string) => {
       // A read-write lock's channel names its lock as the plain lock's channel does.
       const released = channel.startsWith(readWriteHead)
         ? `redisson_lock__channel:${channel.slice(readWriteHead.length)}`
@@ -156,24 +198,65 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
       for (const name of layout.keysOfChannel(released)) {
         if (matches.test(name)) Queue.unsafeOffer(pending, [name, "released"])
       }
-    })
-    const patterns = [
-      "redisson_lock__channel:*",
-      `${readWriteHead}*`,
-      ...(keyspace ? [`${keyspaceHead}${prefix}*`] : [])
-    ]
-    yield* Effect.tryPromise({
-      try: () => subscriber.psubscribe(...patterns),
-      catch: () =>
-        new CliError({ message: `cannot subscribe on Redis at ${connection.host}`, exitCode: ExitCode.unreachable })
-    })
+    }
+    const onPattern = (_pattern: string, channel: string, message: string) =>
+      channel.startsWith(keyspaceHead) ? onKeyspace(channel, message) : onRelease(channel)
+    const cannotSubscribe = () =>
+      new CliError({ message: `cannot subscribe on Redis at ${connection.host}`, exitCode: ExitCode.unreachable })
+
+    // The release channels of the locks on the table, on a cluster (sharded: no patterns).
+    let follow: (name: string, held: boolean) => Effect.Effect<void> = () => Effect.void
+    // Names whose release channel watch itself subscribes to: its subscription is no waiter.
+    const followed = new Set<string>()
+    if (connection.cluster) {
+      for (const [i, master] of masters.entries()) {
+        const setting = settings[i]
+        if (setting === undefined || !keyspaceEventsOn(setting)) continue
+        const subscriber = yield* subscriberFor(connection, master)
+        subscriber.on("pmessage", onPattern)
+        yield* Effect.tryPromise({
+          try: () => subscriber.psubscribe(`${keyspaceHead}${prefix}*`),
+          catch: cannotSubscribe
+        })
+      }
+      const sharded = yield* shardedSubscriberFor(connection, connection.redis as Cluster)
+      sharded.on("smessage", (channel: string) => onRelease(channel))
+      follow = (name, held) =>
+        Effect.gen(function*() {
+          if (held === followed.has(name)) return
+          const keys = redisKeysOf(target, name)
+          const channels = [keys.channel, keys.readWriteChannel]
+          if (held) followed.add(name)
+          else followed.delete(name)
+          // One channel per call: ioredis routes a sharded (un)subscription by its channel's slot.
+          // A refused or failed one leaves the lock to the refreshes.
+          yield* Effect.forEach(channels, (channel) =>
+            Effect.tryPromise(() =>
+              held ? sharded.ssubscribe(channel) : sharded.sunsubscribe(channel)
+            ).pipe(
+              Effect.interruptible,
+              Effect.timeout("5 seconds"),
+              Effect.ignore
+            ), { discard: true })
+        })
+    } else {
+      const subscriber = yield* subscriberFor(connection, connection.redis as Redis)
+      subscriber.on("pmessage", onPattern)
+      const patterns = [
+        "redisson_lock__channel:*",
+        `${readWriteHead}*`,
+        ...(keyspace ? [`${keyspaceHead}${prefix}*`] : [])
+      ]
+      yield* Effect.tryPromise({ try: () => subscriber.psubscribe(...patterns), catch: cannotSubscribe })
+    }
 
     const tty = process.stdout.isTTY === true && !options.json
     const rows = new Map<string, { readonly lock: LockDescription; readonly at: number }>()
     const log: Array<string> = []
+    const releases = connection.cluster ? "sharded release notifications of the locks shown" : "release notifications"
     const note = keyspace
-      ? "release notifications and keyspace events"
-      : `release notifications; keyspace events are off (notify-keyspace-events ${
+      ? `${releases} and keyspace events`
+      : `${releases}; keyspace events are off (notify-keyspace-events ${
         flags === undefined ? "unreadable" : `"${flags}"`
       }), so acquisitions and expiries show at the next refresh`
 
@@ -221,13 +304,17 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
         } else if (!tty) yield* write(line + "\n")
       })
 
-    const update = (name: string, lock: LockDescription, hint: string | undefined) =>
+    const update = (name: string, described: LockDescription, hint: string | undefined) =>
       Effect.gen(function*() {
+        const lock = followed.has(name) && described.waiters > 0
+          ? { ...described, waiters: described.waiters - 1 }
+          : described
         const at = yield* Clock.currentTimeMillis
         const before = rows.get(name)
         const change = changeOf(name, before?.lock, lock, hint, at, before === undefined ? 0 : at - before.at)
         if (held(lock)) rows.set(name, { lock, at })
         else rows.delete(name)
+        yield* follow(name, held(lock))
         if (change !== undefined) yield* report(change)
       })
 
@@ -242,13 +329,17 @@ export const watch = (target: Target, pattern: string, options: WatchOptions) =>
         if (seen.has(name)) continue
         const described = yield* describe(connection, name)
         if (described._tag === "Lock") yield* update(name, described.description, undefined)
-        else rows.delete(name)
+        else {
+          rows.delete(name)
+          yield* follow(name, false)
+        }
       }
     })
 
     // The locks already held are the starting point, not changes.
     for (const lock of yield* list(connection, pattern)) {
       rows.set(lock.key, { lock, at: yield* Clock.currentTimeMillis })
+      yield* follow(lock.key, true)
     }
     yield* render
     let nextRefresh = (yield* Clock.currentTimeMillis) + options.intervalMillis
