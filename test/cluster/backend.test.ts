@@ -10,9 +10,11 @@ import { ConfigProvider, Deferred, Duration, Effect, Fiber, Layer, Option, Sched
 import type { Cluster } from "ioredis"
 import { Cluster as IoCluster } from "ioredis"
 import { randomUUID } from "node:crypto"
+import type { EventEmitter } from "node:events"
 import { Lock, LockBackend, withLock } from "../../src/index.js"
 import { makeKeyLayout } from "../../src/internal/redis/keys.js"
 import { hashSlot } from "../../src/internal/redis/slot.js"
+import { guardShardedSubscribers } from "../../src/internal/redis/subscriptions.js"
 import * as RedisBackend from "../../src/RedisBackend.js"
 import { eventually } from "../redis/helpers.js"
 import type { RedisCluster } from "../support/redisCluster.js"
@@ -264,6 +266,45 @@ describe.skipIf(skipCluster())("Redis Cluster backend", () => {
       assert.strictEqual(value, "in")
       assert.strictEqual(client.status, "ready")
       assert.strictEqual(yield* Effect.promise(() => client.exists(key)), 0)
+    }))
+
+  // ioredis' ShardedSubscriber.stop() removes every listener of its connection, `error` included,
+  // while the socket may still deliver a reply: on ioredis 5 an unsolicited `sunsubscribe` (a
+  // server dropping a lost slot's channels) then became an uncaught "Command queue state error"
+  // that killed the process. Here the same reply comes on a guarded connection that has no
+  // listener left: nothing is thrown.
+  it.scopedLive("a sharded subscriber connection ioredis let go of does not crash the process on a late reply", () =>
+    Effect.gen(function*() {
+      const client: Cluster = yield* Effect.acquireRelease(
+        Effect.sync(() =>
+          new IoCluster([...cluster.nodes], {
+            shardedSubscribers: true,
+            redisOptions: { connectionName: "test-late-reply" }
+          })
+        ),
+        (client) => Effect.sync(() => client.disconnect())
+      )
+      client.on("error", () => {})
+      const channel = `{${randomUUID()}}:late`
+      yield* Effect.promise(() => client.ssubscribe(channel))
+      guardShardedSubscribers(client)
+      // The subscriber serving the channel, reached as guardShardedSubscribers reaches it.
+      const group = (client as unknown as { shardedSubscribers: { shardedSubscribers: Map<string, unknown> } })
+        .shardedSubscribers.shardedSubscribers
+      const instances = [...group.values()]
+        .map((s) => (s as { getInstance: () => EventEmitter | null }).getInstance())
+        .filter((i): i is EventEmitter & { stream: { write: (data: string) => void }; status: string } =>
+          i !== null && (i as { status?: string }).status === "ready"
+        )
+      assert.strictEqual(instances.length, 1, "one connected sharded subscriber")
+      const instance = instances[0]!
+      // What stop() does to the listeners, then a reply nobody asked for, sent by the server.
+      instance.removeAllListeners()
+      assert.isFalse(instance.emit("error", new Error("dropped")), "an error with no listener is dropped")
+      const command = `*2\r\n$12\r\nSUNSUBSCRIBE\r\n$${Buffer.byteLength(channel)}\r\n${channel}\r\n`
+      instance.stream.write(command)
+      yield* Effect.sleep(300)
+      assert.strictEqual(instance.status, "ready", "the connection took the reply and is still there")
     }))
 
   it.effect("a cluster together with a url or a client, or without nodes, is a LockOptionsError", () =>

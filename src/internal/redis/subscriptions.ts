@@ -16,6 +16,7 @@
  */
 import type { Scope } from "effect"
 import { Effect, Queue } from "effect"
+import type { EventEmitter } from "node:events"
 import type { Notification } from "../../LockBackend.js"
 import type { Connections } from "./connection.js"
 import { backendName, messageOf } from "./errors.js"
@@ -27,6 +28,56 @@ export interface Subscriptions {
   readonly notifications: Queue.Dequeue<Notification>
   /** Whether the subscriber is known to be subscribed to `channel` (SUBSCRIBE answered, not lost since). */
   readonly isLive: (channel: string) => boolean
+}
+
+const isEmitter = (value: unknown): value is EventEmitter =>
+  typeof value === "object" && value !== null &&
+  typeof (value as { emit?: unknown }).emit === "function" &&
+  typeof (value as { listenerCount?: unknown }).listenerCount === "function"
+
+/**
+ * The sharded subscriber connections of an ioredis cluster client: `cluster.shardedSubscribers`
+ * (its `ClusterSubscriberGroup`), a `Map` of `ShardedSubscriber`s with `getInstance()`. Private in
+ * ioredis 5.x and 6.0, so read defensively: anything else gives none.
+ */
+const shardedInstances = (cluster: unknown): ReadonlyArray<EventEmitter> => {
+  const group = (cluster as { readonly shardedSubscribers?: { readonly shardedSubscribers?: unknown } })
+    .shardedSubscribers
+  const subscribers = group?.shardedSubscribers
+  if (!(subscribers instanceof Map)) return []
+  const instances: Array<EventEmitter> = []
+  for (const subscriber of subscribers.values()) {
+    const getInstance = (subscriber as { readonly getInstance?: unknown }).getInstance
+    const instance: unknown = typeof getInstance === "function" ? getInstance.call(subscriber) : undefined
+    // An ioredis connection is an EventEmitter by mixin, not by `instanceof`.
+    if (isEmitter(instance)) instances.push(instance)
+  }
+  return instances
+}
+
+const guarded = new WeakSet<EventEmitter>()
+
+/**
+ * Keep a sharded subscriber connection that ioredis has let go of from crashing the process.
+ * ioredis' `ShardedSubscriber.stop()` (5.x and 6.0) disconnects its connection and removes every
+ * listener, `error` included, while the socket may still deliver a reply. When the server drops
+ * the channels of a slot its node lost (a failover, a migration), it sends `sunsubscribe` to that
+ * connection; ioredis 5 finds no command waiting for it and emits `error` ("Command queue state
+ * error"), which, with no listener, is thrown from the socket's data handler: an uncaught
+ * exception. Seen once in about ten runs of test/cluster/failover.test.ts on ioredis 5, which
+ * killed the test process. An `error` with no listener left is dropped instead; with a listener,
+ * nothing changes.
+ */
+export const guardShardedSubscribers = (cluster: unknown): void => {
+  for (const instance of shardedInstances(cluster)) {
+    if (guarded.has(instance)) continue
+    guarded.add(instance)
+    const emit = instance.emit
+    instance.emit = function(this: EventEmitter, event: string | symbol, ...args: Array<unknown>): boolean {
+      if (event === "error" && this.listenerCount("error") === 0) return false
+      return emit.call(this, event, ...args)
+    }
+  }
 }
 
 export const makeSubscriptions = (
@@ -96,10 +147,19 @@ export const makeSubscriptions = (
       for (const key of wanted) live.add(layout.channelOf(key))
       Queue.unsafeOffer(queue, { _tag: "Missed" })
     }
+    // ioredis adds a sharded subscriber (`+subscriber`) for each master it finds, from the start.
+    const onNewSubscriber = () => guardShardedSubscribers(subscriber)
+    if (sharded) onNewSubscriber()
     yield* connections.listen(
       subscriber,
       sharded
-        ? { smessage: onMessage, "-subscriber": onClose, close: onClose, subscribersReady: onShardsRestored }
+        ? {
+          smessage: onMessage,
+          "-subscriber": onClose,
+          "+subscriber": onNewSubscriber,
+          close: onClose,
+          subscribersReady: onShardsRestored
+        }
         : { message: onMessage, close: onClose, ready: onReady }
     )
 
