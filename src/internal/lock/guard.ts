@@ -36,15 +36,13 @@ export const runGuarded = <A, E, R>(
     // Traced: the program's own spans are children of the hold's span.
     const program = hold.span === undefined ? effect : Effect.withParentSpan(effect, hold.span)
     const restored = restore === Effect.interruptible
-    // The child's FiberRefs once its region is set: if they are the same when it ends, the program
-    // changed no FiberRef, and there is nothing for the caller to inherit.
+    // The child's FiberRefs as it starts (its region set): if they hold the same values when it
+    // ends, the program changed no FiberRef, and there is nothing for the caller to inherit.
     let initialRefs: FiberRefs.FiberRefs | undefined
-    const started = Effect.withFiberRuntime<A, E | LockLostError, R>((child) => {
-      initialRefs = child.getFiberRefs()
-      const ended = checkHeldAt(hold, fiberNowMillis(child))
-      if (ended !== undefined) return ended
-      return restored ? program : restore(program)
-    })
+    // Checked as the child starts (it starts right here, on this thread): a process that was paused
+    // past its deadline learns it before the program takes a step; a released hold runs nothing.
+    const ended = checkHeldAt(hold, fiberNowMillis(parent))
+    const started: Effect.Effect<A, E | LockLostError, R> = ended ?? (restored ? program : restore(program))
     const runtime = Runtime.make({
       context: parent.currentContext as Context.Context<R>,
       runtimeFlags: restored
@@ -56,9 +54,10 @@ export const runGuarded = <A, E, R>(
     // not a child of the caller's fiber, so every way out below awaits or interrupts it.
     const fiber = Runtime.runFork(runtime)(started, {
       immediate: true,
-      updateRefs: region === undefined
-        ? undefined
-        : (refs, fiberId) => FiberRefs.updateAs(refs, { fiberId, fiberRef: currentRegion, value: region })
+      updateRefs: (refs, fiberId) =>
+        initialRefs = region === undefined
+          ? refs
+          : FiberRefs.updateAs(refs, { fiberId, fiberRef: currentRegion, value: region })
     })
     // The program's result, once the fiber is done: a loss that interrupted it becomes the hold's
     // `LockLostError`, and FiberRefs it set pass to the caller.

@@ -85,7 +85,9 @@ export const makeStore = (): Store => {
     nextToken,
     currentToken: (key) => tokens.get(key) ?? 0n,
     grant: (key, request, now) => {
-      locks.set(key, { holders: new Map([[request.owner, 1]]), expiresAt: now + request.leaseMillis })
+      const holders = new Map<string, number>()
+      holders.set(request.owner, 1)
+      locks.set(key, { holders, expiresAt: now + request.leaseMillis })
       return request.fencing ? nextToken(key) : 0n
     },
     releaseWith: (key, owner, now, onFree) => {
