@@ -116,6 +116,25 @@ describe("observability", () => {
       assert.strictEqual((yield* Metric.value(acquisitions)).count, before + 1)
       assert.strictEqual((yield* Metric.value(reentries)).count, reentriesBefore + 1)
     }).pipe(Effect.provide(MemoryBackend.layer)))
+
+  it.effect("a wait that gets in is timed, and one that runs out is counted as a timeout", () =>
+    Effect.gen(function*() {
+      const waited = Metric.tagged(metrics.waitTime, "backend", "memory")
+      const timeouts = Metric.tagged(metrics.timeouts, "backend", "memory")
+      const waitedBefore = (yield* Metric.value(waited)).count
+      const timeoutsBefore = (yield* Metric.value(timeouts)).count
+      const holder = yield* Effect.fork(withLock("timed", Effect.sleep(1_000)))
+      yield* settle
+      const patient = yield* Effect.fork(withLock("timed", Effect.void))
+      const hasty = yield* Effect.fork(Effect.flip(withLock("timed", Effect.void, { wait: "100 millis" })))
+      yield* settle
+      yield* TestClock.adjust(2_000)
+      yield* Fiber.join(holder)
+      yield* Fiber.join(patient)
+      assert.strictEqual((yield* Fiber.join(hasty))._tag, "LockTimeoutError")
+      assert.strictEqual((yield* Metric.value(waited)).count, waitedBefore + 1)
+      assert.strictEqual((yield* Metric.value(timeouts)).count, timeoutsBefore + 1)
+    }).pipe(Effect.provide(MemoryBackend.layer)))
 })
 
 describe("watchdog logs", () => {

@@ -8,7 +8,7 @@
  * only the sleeps are interruptible, through the `restore` of the caller's `uninterruptibleMask`.
  */
 import type { Tracer } from "effect"
-import { Effect, Exit, Metric } from "effect"
+import { Cause, Effect, Exit, Option } from "effect"
 import * as ScheduleDecision from "effect/ScheduleDecision"
 import * as ScheduleIntervals from "effect/ScheduleIntervals"
 import type { BusyInfo } from "../../Lock.js"
@@ -19,6 +19,8 @@ import type { ResolvedOptions } from "../lock/options.js"
 import * as metrics from "../metrics.js"
 import type { Restore } from "../restore.js"
 import { fiberNowMillis, nowMillis } from "../time.js"
+import * as timers from "../timers.js"
+import type { ReleaseSignal, WakeUp } from "./waiterQueue.js"
 
 export interface Acquired {
   readonly fencingToken: bigint
@@ -67,17 +69,29 @@ export const acquireWaiting = (
   options: ResolvedOptions,
   restore: Restore
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> => {
-  const slowPath = (firstTtl: number | undefined, attempted: boolean) =>
-    waitFor(backend, request, options, restore, firstTtl, attempted).pipe(
-      Metric.trackDuration(Metric.taggedWithLabels(metrics.waitTime, backend.labels)),
-      Effect.tapErrorTag("LockTimeoutError", () => Effect.sync(() => metrics.count(metrics.timeouts, backend.labels)))
+  if (options.waitMillis === 0) {
+    return Effect.flatMap(
+      attempt(backend, request),
+      (first) =>
+        first._tag === "Acquired"
+          ? Effect.succeed(first)
+          : waitFor(backend, request, options, restore, true, first.ttlMillis)
     )
-  // Fibers of this process already wait for the key: queue up behind them, first in, first out,
-  // rather than barge in with an attempt that would be refused anyway (or win against them).
-  if (options.waitMillis > 0 && backend.queue.waitersOn(request.key) > 0) return slowPath(undefined, false)
+  }
+  // Fibers of this process already wait for the key, or attempt it: queue up behind them, first in,
+  // first out, rather than barge in with an attempt that would be refused anyway (or win against
+  // them). Ten thousand fibers that come for a hundred keys at once send a hundred attempts, not ten
+  // thousand whose replies would have to wait for the process to get through all of them.
+  const { queue } = backend
+  const { key } = request
+  if (queue.isContended(key)) return waitFor(backend, request, options, restore, false, undefined)
+  queue.attemptStarted(key)
   return Effect.flatMap(
-    attempt(backend, request),
-    (first) => first._tag === "Acquired" ? Effect.succeed(first) : slowPath(first.ttlMillis, true)
+    Effect.ensuring(attempt(backend, request), Effect.sync(() => queue.attemptDone(key))),
+    (first) =>
+      first._tag === "Acquired"
+        ? Effect.succeed(first)
+        : waitFor(backend, request, options, restore, true, first.ttlMillis)
   )
 }
 
@@ -87,108 +101,170 @@ export const acquireWaiting = (
  * holder's lease ran out. The opener of the queue also tries once right after subscribing, since a
  * release just before the subscription woke nobody. Waiters behind the head sleep until a
  * notification or their promotion to head reaches them, so they cost the server nothing.
+ *
+ * `attempted`: an attempt found the lock busy (its holder's TTL: `firstTtl`); otherwise the waiter
+ * queued up without one.
  */
 const waitFor = (
   backend: Backend,
   request: LockRequest,
   options: ResolvedOptions,
   restore: Restore,
-  firstTtl: number | undefined,
-  attempted: boolean
+  attempted: boolean,
+  firstTtl: number | undefined
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> =>
-  Effect.gen(function*() {
-    const start = yield* nowMillis
-    const deadline = start + options.waitMillis
-    let attempts = attempted ? 1 : 0
-    let ttl = firstTtl
-    const timeout = (now: number, reason: "wait-elapsed" | "retries-exhausted") =>
-      new LockTimeoutError({
-        key: request.key,
-        reason,
-        waitedMillis: Math.round(now - start),
-        attempts,
-        ...(ttl === undefined ? {} : { holderTtlMillis: ttl })
-      })
-    if (options.waitMillis === 0) return yield* timeout(start, "wait-elapsed")
-
-    // Leaving the queue is the release of the registration, whatever happens.
-    return yield* Effect.acquireUseRelease(
-      backend.queue.register(request),
-      (signal) =>
-        Effect.gen(function*() {
-          const opened = yield* restore(signal.ready)
-          const schedule = options.retry
-          let state: unknown = schedule.initial
-          let delay = 0
-          /** Advance the retry schedule: `false` when it has ended. */
-          const step = (now: number) =>
-            Effect.map(
-              schedule.step(
-                now,
-                { key: request.key, attempt: attempts, holderTtlMillis: ttl } satisfies BusyInfo,
-                state
-              ),
-              ([next, , decision]) => {
-                if (ScheduleDecision.isDone(decision)) return false
-                state = next
-                delay = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
-                return true
-              }
-            )
-          let tryNow = opened
-          while (true) {
-            if (tryNow) {
-              const result = yield* attempt(backend, request)
-              attempts++
-              if (result._tag === "Acquired") {
-                // A shared kind (readers): the other local waiters may get in beside this one, so
-                // wake them all (their attempts go out together) rather than one by one.
-                if (backend.shared) {
-                  for (let n = backend.queue.waitersOn(request.key); n > 0; n--) backend.queue.notify(request.key)
-                }
-                return { ...result, attempts, via: "attempt" as const }
-              }
-              ttl = result.ttlMillis
-            }
-            const now = yield* nowMillis
-            if (now >= deadline) return yield* timeout(now, "wait-elapsed")
-            // The schedule advances after every failed attempt and on promotion to head; when it ends,
-            // the waiter gives up.
-            if (tryNow && !(yield* step(now))) return yield* timeout(now, "retries-exhausted")
-            // Only the head watches the clock: the next schedule step, and never past the holder's lease
-            // (when it ends the lock is free without a notification). The others wait to be woken.
-            const untilExpiry = ttl === undefined ? Infinity : ttl + 1
-            const sleep = signal.isHead() ? Math.min(delay, untilExpiry, deadline - now) : deadline - now
-            const woken = yield* restore(signal.await(sleep))
-            // Handed over by a release in this process: held, with no attempt of our own (even if the
-            // wait ran out while the hand-over was in flight).
-            if (typeof woken === "object") {
-              return {
-                fencingToken: woken.fencingToken,
-                startedAt: woken.startedAt,
-                attempts,
-                via: "hand-over" as const,
-                from: woken.from
-              }
-            }
-            // A kind that keeps a line of waiters in the backend (a fair lock's queue, a waiting writer's
-            // mark) gets a place in it only by an attempt: a new head makes one at once.
-            tryNow = woken !== "promoted" || (backend.abandon !== undefined && request.waiting === true)
-            if (!tryNow) {
-              // Promoted to head: from now on watch the clock, starting from the next schedule step.
-              ttl = undefined
-              if (!(yield* step(yield* nowMillis))) return yield* timeout(yield* nowMillis, "retries-exhausted")
-            }
-          }
-        }),
-      // Kept: the waiter got in (by its own attempt or a hand-over it took). Otherwise a lock handed
-      // to it while it was being interrupted is released on its behalf.
-      // A kind that remembers waiters (a fair lock's queue) is told when one leaves empty-handed.
-      (signal, exit) => {
-        const left = signal.leave(Exit.isSuccess(exit))
-        return Exit.isSuccess(exit) || backend.abandon === undefined || !request.waiting
-          ? left
-          : Effect.zipRight(left, backend.abandon(request))
-      }
-    )
+  Effect.flatMap(nowMillis, (start) => {
+    const waiting = new Waiting(backend, request, options, restore, attempted, firstTtl, start)
+    if (options.waitMillis === 0) {
+      metrics.count(metrics.timeouts, backend.labels)
+      return Effect.fail(waiting.timeout(start, "wait-elapsed"))
+    }
+    // Leaving the queue is the release of the registration, whatever happens (the caller's region is
+    // uninterruptible: only the waits inside `restore` can be interrupted).
+    waiting.signal = backend.queue.registerNow(request)
+    return Effect.onExit(waiting.begin(), (exit) => waiting.end(exit))
   })
+
+/**
+ * One waiter's state, and its steps as methods: a parked waiter keeps this object and a few frames
+ * of its fiber, not a generator and the closures of every step (ten thousand waiters).
+ */
+class Waiting {
+  attempts: number
+  ttl: number | undefined
+  readonly deadline: number
+  /** The retry schedule's state, and its delay from the last step. */
+  state: unknown
+  delay = 0
+  signal!: ReleaseSignal
+  constructor(
+    readonly backend: Backend,
+    readonly request: LockRequest,
+    readonly options: ResolvedOptions,
+    readonly restore: Restore,
+    attempted: boolean,
+    firstTtl: number | undefined,
+    readonly start: number
+  ) {
+    this.attempts = attempted ? 1 : 0
+    this.ttl = firstTtl
+    this.deadline = start + options.waitMillis
+    this.state = options.retry.initial
+  }
+
+  timeout(now: number, reason: "wait-elapsed" | "retries-exhausted"): LockTimeoutError {
+    return new LockTimeoutError({
+      key: this.request.key,
+      reason,
+      waitedMillis: Math.round(now - this.start),
+      attempts: this.attempts,
+      ...(this.ttl === undefined ? {} : { holderTtlMillis: this.ttl })
+    })
+  }
+
+  begin(): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> {
+    return Effect.flatMap(this.restore(this.signal.ready), (opened) => this.next(opened))
+  }
+
+  /**
+   * Kept: the waiter got in (by its own attempt or a hand-over it took). Otherwise a lock handed to
+   * it while it was being interrupted is released on its behalf. A kind that remembers waiters (a
+   * fair lock's queue) is told when one leaves empty-handed.
+   */
+  end(exit: Exit.Exit<Acquired, LockTimeoutError | LockBackendError>): Effect.Effect<void> {
+    const { backend, request } = this
+    const kept = Exit.isSuccess(exit)
+    const left = this.signal.leave(kept)
+    return Effect.flatMap(nowMillis, (now) => {
+      if (kept) metrics.time(timers.waitTime, backend.labels, now - this.start)
+      else if (Exit.isFailure(exit)) countTimeout(backend, exit.cause)
+      return kept || backend.abandon === undefined || !request.waiting
+        ? left
+        : Effect.zipRight(left, backend.abandon(request))
+    })
+  }
+
+  /** Advance the retry schedule: `false` when it has ended. */
+  step(now: number): Effect.Effect<boolean> {
+    const info: BusyInfo = { key: this.request.key, attempt: this.attempts, holderTtlMillis: this.ttl }
+    return Effect.map(this.options.retry.step(now, info, this.state), ([next, , decision]) => {
+      if (ScheduleDecision.isDone(decision)) return false
+      this.state = next
+      this.delay = Math.max(0, ScheduleIntervals.start(decision.intervals) - now)
+      return true
+    })
+  }
+
+  /** Attempt (when there is reason to), then wait for the next reason. */
+  next(tryNow: boolean): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> {
+    if (!tryNow) return Effect.flatMap(nowMillis, (now) => this.sleep(now, false))
+    return Effect.flatMap(attempt(this.backend, this.request), (result) => {
+      this.attempts++
+      if (result._tag === "Acquired") {
+        const { backend, request } = this
+        // A shared kind (readers): the other local waiters may get in beside this one, so
+        // wake them all (their attempts go out together) rather than one by one.
+        if (backend.shared) {
+          for (let n = backend.queue.waitersOn(request.key); n > 0; n--) backend.queue.notify(request.key)
+        }
+        return Effect.succeed({ ...result, attempts: this.attempts, via: "attempt" as const })
+      }
+      this.ttl = result.ttlMillis
+      return Effect.flatMap(nowMillis, (now) => this.sleep(now, true))
+    })
+  }
+
+  sleep(now: number, attempted: boolean): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> {
+    if (now >= this.deadline) return Effect.fail(this.timeout(now, "wait-elapsed"))
+    // The schedule advances after every failed attempt and on promotion to head; when it ends,
+    // the waiter gives up.
+    if (!attempted) return this.wait(now)
+    return Effect.flatMap(
+      this.step(now),
+      (more) => more ? this.wait(now) : Effect.fail(this.timeout(now, "retries-exhausted"))
+    )
+  }
+
+  wait(now: number): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> {
+    // Only the head watches the clock: the next schedule step, and never past the holder's lease
+    // (when it ends the lock is free without a notification). The others wait to be woken.
+    const untilExpiry = this.ttl === undefined ? Infinity : this.ttl + 1
+    const sleep = this.signal.isHead() ? Math.min(this.delay, untilExpiry, this.deadline - now) : this.deadline - now
+    return Effect.flatMap(this.restore(this.signal.await(sleep)), (woken) => this.woken(woken))
+  }
+
+  woken(woken: WakeUp): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> {
+    // Handed over by a release in this process: held, with no attempt of our own (even if the
+    // wait ran out while the hand-over was in flight).
+    if (typeof woken === "object") {
+      return Effect.succeed({
+        fencingToken: woken.fencingToken,
+        startedAt: woken.startedAt,
+        attempts: this.attempts,
+        via: "hand-over" as const,
+        from: woken.from
+      })
+    }
+    // A kind that keeps a line of waiters in the backend (a fair lock's queue, a waiting writer's
+    // mark) gets a place in it only by an attempt: a new head makes one at once.
+    const tryNow = woken !== "promoted" || (this.backend.abandon !== undefined && this.request.waiting === true)
+    if (tryNow) return this.next(true)
+    // Promoted to head: from now on watch the clock, starting from the next schedule step.
+    this.ttl = undefined
+    return Effect.flatMap(nowMillis, (now) =>
+      Effect.flatMap(
+        this.step(now),
+        (more) =>
+          more
+            ? Effect.flatMap(nowMillis, (later) => this.sleep(later, false))
+            : Effect.flatMap(nowMillis, (later) => Effect.fail(this.timeout(later, "retries-exhausted")))
+      ))
+  }
+}
+
+const countTimeout = (backend: Backend, cause: Cause.Cause<LockTimeoutError | LockBackendError>): void => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure) && failure.value._tag === "LockTimeoutError") {
+    metrics.count(metrics.timeouts, backend.labels)
+  }
+}

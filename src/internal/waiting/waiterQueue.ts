@@ -28,7 +28,7 @@
  *                                                             the lock: released on its behalf, onOrphan)
  * ```
  *
- * `promoted` (became the head, not told yet) and `parked` (the deferred a sleeping waiter awaits)
+ * `promoted` (became the head, not told yet) and `parked` (what resumes a sleeping waiter)
  * are independent of the phase.
  *
  * `onFirst` / `onLast` let a backend hold a subscription (a Redis channel) exactly as long as the
@@ -90,7 +90,8 @@ interface Waiter {
   readonly request: LockRequest
   phase: Phase
   promoted: boolean
-  parked: Deferred.Deferred<void> | undefined
+  /** Resumes the waiter's fiber, which then reads why it was woken. */
+  parked: (() => void) | undefined
 }
 
 interface KeyQueue {
@@ -127,6 +128,8 @@ export interface HandOverClaim {
 
 export interface WaiterQueue {
   readonly register: (request: LockRequest) => Effect.Effect<ReleaseSignal>
+  /** `register`, done now (the caller leaves the queue however it ends). */
+  readonly registerNow: (request: LockRequest) => ReleaseSignal
   /** Wake the first waiter on `key` that is not awake yet. */
   readonly notify: (key: string) => void
   /** Wake one waiter on every key (after a reconnect, when notifications may have been missed). */
@@ -140,6 +143,15 @@ export interface WaiterQueue {
   readonly claimHandOver: (key: string) => HandOverClaim | undefined
   /** How many local waiters `key` has. */
   readonly waitersOn: (key: string) => number
+  /**
+   * Count an attempt of this process on `key` as in flight until `attemptDone`: a caller that would
+   * wait for `key` meanwhile queues up at once rather than send an attempt of its own (the first
+   * waiter of a key tries again right after subscribing, so nothing is missed).
+   */
+  readonly attemptStarted: (key: string) => void
+  readonly attemptDone: (key: string) => void
+  /** Whether fibers of this process wait for `key`, or attempt it (`attemptStarted`). */
+  readonly isContended: (key: string) => boolean
   readonly waitingKeys: () => ReadonlyArray<string>
   readonly waiterCount: () => number
 }
@@ -150,7 +162,7 @@ const unpark = (waiter: Waiter) => {
   const parked = waiter.parked
   if (parked !== undefined) {
     waiter.parked = undefined
-    Deferred.unsafeDone(parked, Exit.void)
+    parked()
   }
 }
 
@@ -167,6 +179,7 @@ const firstAsleep = (queue: KeyQueue): Waiter | undefined => {
 
 export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
   const queues = new Map<string, KeyQueue>()
+  const attempting = new Map<string, number>()
   let count = 0
 
   const notify = (key: string): void => {
@@ -231,116 +244,146 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
       return Effect.zipRight(orphan, hooks.onLast(key))
     })
 
-  const signalOf = (key: string, queue: KeyQueue, waiter: Waiter): ReleaseSignal => {
+  /**
+   * A waiter and its side of the queue in one object per waiter, its behaviour on the prototype:
+   * ten thousand parked waiters cost their fields, not a set of closures and effects each.
+   */
+  class Signal implements Waiter, ReleaseSignal {
+    phase: Phase = { _tag: "Waiting", woken: false, attempting: false }
+    promoted = false
+    parked: (() => void) | undefined = undefined
+    constructor(readonly key: string, readonly queue: KeyQueue, readonly request: LockRequest) {}
+
     /** The wake-up waiting for this waiter, if any, consumed. */
-    const reason = (): WakeUp | undefined => {
-      const phase = waiter.phase
+    reason(): WakeUp | undefined {
+      const phase = this.phase
       if (phase._tag === "HandedOver") return phase.handedOver
       if (phase._tag === "Waiting" && phase.woken) {
         phase.woken = false
-        waiter.promoted = false
+        this.promoted = false
         return "released"
       }
       // Also while a hand-over is in flight: the waiter then watches the clock, and makes no attempt.
-      if (waiter.promoted) {
-        waiter.promoted = false
+      if (this.promoted) {
+        this.promoted = false
         return "promoted"
       }
       return undefined
     }
+
     // The caller attempts after these (and, when it subscribed, right after `ready`).
-    const attemptsAfter = <W extends WakeUp>(wakeUp: W): W => {
-      if (waiter.phase._tag === "Waiting") waiter.phase.attempting = wakeUp === "released" || wakeUp === "timeout"
+    attemptsAfter<W extends WakeUp>(wakeUp: W): W {
+      if (this.phase._tag === "Waiting") this.phase.attempting = wakeUp === "released" || wakeUp === "timeout"
       return wakeUp
     }
+
+    woke(): WakeUp {
+      return this.attemptsAfter(this.reason() ?? "timeout")
+    }
+
     // The first waiter to get ready subscribes; later ones wait for that, so that nobody relies on
     // notifications before they are flowing. Whatever happens, nobody waits on it forever.
-    const subscribe = Effect.uninterruptibleMask((restore) => {
-      queue.subscription = "subscribing"
-      return Effect.flatMap(Effect.exit(restore(hooks.onFirst(key))), (subscribed) => {
-        queue.subscription = "subscribed"
-        Deferred.unsafeDone(queue.subscribed, Exit.void)
-        if (Exit.isFailure(subscribed)) return Effect.failCause(subscribed.cause)
-        // Try at once, unless a release is handing the lock over to this waiter already.
-        const phase = waiter.phase
-        if (phase._tag !== "Waiting") return Effect.succeed(false)
-        phase.attempting = true
-        return Effect.succeed(true)
-      })
-    })
-    const outOfTime = (parked: Deferred.Deferred<void>) =>
-      Effect.sync(() => {
-        if (waiter.parked !== parked) return
-        const phase = waiter.phase
-        // A hand-over already in flight is waited for; none can start after this step.
-        if (phase._tag === "HandingOver") {
-          phase.overdue = true
-          return
-        }
-        if (phase._tag === "Waiting") phase.attempting = true
-        unpark(waiter)
-      })
-    return {
-      ready: Effect.suspend(() =>
-        queue.subscription === "none"
-          ? subscribe
-          : queue.subscription === "subscribing"
-          ? Effect.as(Deferred.await(queue.subscribed), false)
-          : Effect.succeed(false)
-      ),
-      leave: (kept) => leave(key, queue, waiter, kept),
-      isHead: () => headOf(queue) === waiter,
-      await: (millis) =>
-        Effect.suspend(() => {
-          if (waiter.phase._tag === "Waiting") waiter.phase.attempting = false
-          const now = reason()
-          if (now !== undefined) return Effect.succeed(attemptsAfter(now))
-          const parked = Deferred.unsafeMake<void>(FiberId.none)
-          waiter.parked = parked
-          const woken = Effect.map(Deferred.await(parked), () => attemptsAfter(reason() ?? "timeout"))
-          const done = () => {
-            if (waiter.parked === parked) waiter.parked = undefined
-          }
-          if (millis === Infinity) return Effect.ensuring(woken, Effect.sync(done))
-          // A child timer fiber rather than a race: when a wake-up comes first, the waiter resumes
-          // in one step and the timer is interrupted without being waited for.
-          return Effect.flatMap(
-            Effect.fork(Effect.interruptible(Effect.zipRight(sleepMillis(millis), outOfTime(parked)))),
-            (timer) =>
-              Effect.ensuring(
-                woken,
-                Effect.sync(() => {
-                  done()
-                  timer.unsafeInterruptAsFork(FiberId.none)
-                })
-              )
-          )
+    get ready(): Effect.Effect<boolean, LockBackendError> {
+      return Effect.suspend(() => {
+        const queue = this.queue
+        if (queue.subscription === "subscribed") return Effect.succeed(false)
+        if (queue.subscription === "subscribing") return Effect.as(Deferred.await(queue.subscribed), false)
+        return Effect.uninterruptibleMask((restore) => {
+          queue.subscription = "subscribing"
+          return Effect.flatMap(Effect.exit(restore(hooks.onFirst(this.key))), (subscribed) => {
+            queue.subscription = "subscribed"
+            Deferred.unsafeDone(queue.subscribed, Exit.void)
+            if (Exit.isFailure(subscribed)) return Effect.failCause(subscribed.cause)
+            // Try at once, unless a release is handing the lock over to this waiter already.
+            const phase = this.phase
+            if (phase._tag !== "Waiting") return Effect.succeed(false)
+            phase.attempting = true
+            return Effect.succeed(true)
+          })
         })
+      })
+    }
+
+    leave(kept: boolean): Effect.Effect<void> {
+      return leave(this.key, this.queue, this, kept)
+    }
+
+    isHead(): boolean {
+      return headOf(this.queue) === this
+    }
+
+    /** The time ran out for the wait that `wake` would end (the head's timer). */
+    outOfTime(wake: () => void): void {
+      if (this.parked !== wake) return
+      const phase = this.phase
+      // A hand-over already in flight is waited for; none can start after this step.
+      if (phase._tag === "HandingOver") {
+        phase.overdue = true
+        return
+      }
+      if (phase._tag === "Waiting") phase.attempting = true
+      unpark(this)
+    }
+
+    /** Sleep until woken: no timer, and nothing but the resume callback while parked. */
+    park(): Effect.Effect<WakeUp> {
+      return Effect.async<WakeUp>((resume) => {
+        const wake = () => resume(Effect.sync(() => this.woke()))
+        this.parked = wake
+        return Effect.sync(() => {
+          if (this.parked === wake) this.parked = undefined
+        })
+      })
+    }
+
+    await(millis: number): Effect.Effect<WakeUp> {
+      return Effect.suspend(() => {
+        if (this.phase._tag === "Waiting") this.phase.attempting = false
+        const now = this.reason()
+        if (now !== undefined) return Effect.succeed(this.attemptsAfter(now))
+        if (millis === Infinity) return this.park()
+        const parked = Deferred.unsafeMake<void>(FiberId.none)
+        const wake = () => Deferred.unsafeDone(parked, Exit.void)
+        this.parked = wake
+        const woken = Effect.map(Deferred.await(parked), () => this.woke())
+        // A child timer fiber rather than a race: when a wake-up comes first, the waiter resumes
+        // in one step and the timer is interrupted without being waited for.
+        return Effect.flatMap(
+          Effect.fork(
+            Effect.interruptible(Effect.zipRight(sleepMillis(millis), Effect.sync(() => this.outOfTime(wake))))
+          ),
+          (timer) =>
+            Effect.ensuring(
+              woken,
+              Effect.sync(() => {
+                if (this.parked === wake) this.parked = undefined
+                timer.unsafeInterruptAsFork(FiberId.none)
+              })
+            )
+        )
+      })
     }
   }
 
-  const register = (request: LockRequest): Effect.Effect<ReleaseSignal> =>
-    Effect.sync(() => {
-      const { key } = request
-      let queue = queues.get(key)
-      if (queue === undefined) {
-        queue = { waiters: new Set(), subscription: "none", subscribed: Deferred.unsafeMake<void>(FiberId.none) }
-        queues.set(key, queue)
-      }
-      const waiter: Waiter = {
-        request,
-        phase: { _tag: "Waiting", woken: false, attempting: false },
-        promoted: false,
-        parked: undefined
-      }
-      queue.waiters.add(waiter)
-      count++
-      hooks.onCount(1)
-      return signalOf(key, queue, waiter)
-    })
+  const register = (request: LockRequest): Effect.Effect<ReleaseSignal> => Effect.sync(() => registerNow(request))
+
+  const registerNow = (request: LockRequest): ReleaseSignal => {
+    const { key } = request
+    let queue = queues.get(key)
+    if (queue === undefined) {
+      queue = { waiters: new Set(), subscription: "none", subscribed: Deferred.unsafeMake<void>(FiberId.none) }
+      queues.set(key, queue)
+    }
+    const waiter = new Signal(key, queue, request)
+    queue.waiters.add(waiter)
+    count++
+    hooks.onCount(1)
+    return waiter
+  }
 
   return {
     register,
+    registerNow,
     notify,
     notifyEveryKey: () => {
       for (const key of queues.keys()) notify(key)
@@ -357,6 +400,15 @@ export const makeWaiterQueue = (hooks: WaiterQueueHooks): WaiterQueue => {
     },
     claimHandOver,
     waitersOn: (key) => queues.get(key)?.waiters.size ?? 0,
+    attemptStarted: (key) => {
+      attempting.set(key, (attempting.get(key) ?? 0) + 1)
+    },
+    attemptDone: (key) => {
+      const n = attempting.get(key) ?? 0
+      if (n <= 1) attempting.delete(key)
+      else attempting.set(key, n - 1)
+    },
+    isContended: (key) => queues.has(key) || attempting.has(key),
     waitingKeys: () => Array.from(queues.keys()),
     waiterCount: () => count
   }
