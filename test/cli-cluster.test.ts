@@ -229,11 +229,11 @@ describe.skipIf(skip)("effect-lock CLI on a Redis Cluster", () => {
   })
 
   /** `watch --json` as a child process; its output so far, and a way to end it with SIGINT. */
-  const startWatch = () => {
+  const startWatch = (watchUrl = url) => {
     const child = spawn(
       process.execPath,
       // No refresh during the test: every change must come from a notification.
-      [bin, "watch", "c:*", "--url", url, "--prefix", prefix, "--json", "--interval", "600000"],
+      [bin, "watch", "c:*", "--url", watchUrl, "--prefix", prefix, "--json", "--interval", "600000"],
       { cwd: root, env: { ...process.env, NO_COLOR: "1" }, stdio: ["ignore", "pipe", "pipe"] }
     )
     const out = { stdout: "", stderr: "" }
@@ -307,5 +307,45 @@ describe.skipIf(skip)("effect-lock CLI on a Redis Cluster", () => {
     expect(second.out.stderr).toBe("")
     // watch's own sharded subscriptions are not counted as waiters.
     expect(second.events().map((e) => e.waiters)).toEqual(second.events().map(() => 0))
+  })
+
+  it("the URL's user and password reach every node: each master's connections are the URL's user; a wrong password exits 5 without echoing it", async () => {
+    const secret = "cli-pa55-word"
+    await Promise.all(
+      cluster.nodes.map((node) =>
+        cluster.node(node.port).call("ACL", "SETUSER", "cli", "reset", "on", `>${secret}`, "+@all", "~*", "&*")
+      )
+    )
+    await Promise.all(
+      cluster.nodes.map((node) => cluster.node(node.port).call("CONFIG", "SET", "notify-keyspace-events", "KA"))
+    )
+    const port = new URL(url).port
+    const watch = startWatch(`redis://cli:${secret}@127.0.0.1:${port}`)
+    const masters = (await cluster.topology()).filter((node) => node.role === "master")
+    // With keyspace events on, watch holds a connection to every master.
+    await until(
+      async () => {
+        const lists = await Promise.all(
+          masters.map((master) => cluster.node(master.port).call("CLIENT", "LIST") as Promise<string>)
+        )
+        return watch.out.stderr !== "" ||
+          lists.every((list) => list.split("\n").some((line) => /name=effect-lock-cli-watch /.test(line)))
+      },
+      "watch connections on every master",
+      watch.detail
+    )
+    const lists = await Promise.all(
+      masters.map((master) => cluster.node(master.port).call("CLIENT", "LIST") as Promise<string>)
+    )
+    for (const list of lists) {
+      const cli = list.split("\n").filter((line) => /name=effect-lock-cli/.test(line))
+      expect(cli.length).toBeGreaterThan(0)
+      for (const line of cli) expect(line).toContain(" user=cli ")
+    }
+    watch.child.kill("SIGINT")
+    expect(await watch.closed).toBe(0)
+    const wrong = await cli(["list", "--url", `redis://cli:not-${secret}@127.0.0.1:${port}`])
+    expect(wrong.code).toBe(5)
+    expect(wrong.stderr).not.toContain(secret)
   })
 })

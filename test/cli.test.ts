@@ -367,6 +367,39 @@ describe.skipIf(skip)("effect-lock CLI", () => {
   })
 })
 
+describe.skipIf(skip)("effect-lock CLI when Redis stops answering", () => {
+  it("watch leaves soon after SIGINT even when the server never answers QUIT (the wait is interrupted, then a hard disconnect)", async () => {
+    const frozen = await startRedisServer({ args: ["--enable-debug-command", "yes"] })
+    onTestFinished(() => frozen.stop())
+    const sleeper = new Redis(frozen.url, { connectionName: "test-admin" }).on("error", () => {})
+    onTestFinished(() => sleeper.disconnect())
+    const child = spawn(process.execPath, [bin, "watch", "--url", frozen.url, "--json", "--interval", "600000"], {
+      cwd: root,
+      env: { ...process.env, NO_COLOR: "1" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stderr = ""
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    const exited = new Promise<string>((r) => child.once("close", (code) => r(`cli exited ${code}`)))
+    // Subscribed: both of its connections are up.
+    const deadline = Date.now() + 30_000
+    while (
+      ((await sleeper.call("CLIENT", "LIST")) as string).split("\n").filter((line) => /name=effect-lock-cli/.test(line))
+        .length < 2
+    ) {
+      if (Date.now() > deadline) throw new Error(`watch did not connect: ${stderr}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    // The whole server sleeps 10 s: QUIT gets no reply until then.
+    const woke = (sleeper.call("DEBUG", "SLEEP", "10") as Promise<unknown>).then(() => "server woke")
+    await new Promise((r) => setTimeout(r, 300))
+    child.kill("SIGINT")
+    // Leaving waits at most a second for QUIT's reply, not for the server.
+    expect(await Promise.race([woke, exited])).toBe("cli exited 0")
+    await woke
+  })
+})
+
 // --- watch in a pseudo-terminal --------------------------------------------------------------------
 
 const hasTmux = spawnSync("sh", ["-c", "command -v tmux"]).status === 0
