@@ -234,7 +234,7 @@ describe.skipIf(skip)("RedisBackend replica sync", () => {
       )
     }))
 
-  it.scopedLive("ACL: aclRule({ replicas: true }) lets replica sync run WAIT; without it WAIT is refused", () =>
+  it.scopedLive("ACL: aclRule({ replicas: true }) lets replica sync run WAIT; without it the backend is refused at startup, and WAIT revoked later is refused", () =>
     Effect.gen(function*() {
       const { master, masterAdmin } = yield* masterAndReplica()
       const prefix = "acl:"
@@ -248,10 +248,17 @@ describe.skipIf(skip)("RedisBackend replica sync", () => {
       const allowed = yield* RedisBackend.make({ url: url("with-wait"), prefix, replicas })
       assert.strictEqual(yield* withLock(freshKey("acl"), Effect.succeed("in")).pipe(on(allowed)), "in")
 
+      // The startup check asks about WAIT when replica sync is on.
+      const startup = yield* Effect.flip(RedisBackend.make({ url: url("without-wait"), prefix, replicas }))
+      assert.strictEqual(startup._tag, "LockBackendError")
+      assert.include(startup.message, "+wait")
+
       const key = freshKey("acl")
       const { error, logs } = yield* captureLogs((logs) =>
         Effect.gen(function*() {
-          const refused = yield* RedisBackend.make({ url: url("without-wait"), prefix, replicas })
+          yield* setUser("revoked-wait", RedisBackend.aclRule({ prefix, replicas: true }))
+          const refused = yield* RedisBackend.make({ url: url("revoked-wait"), prefix, replicas })
+          yield* cmd(masterAdmin, "ACL", "SETUSER", "revoked-wait", "-wait")
           const error = yield* Effect.flip(withLock(key, Effect.void, { wait: 0 }).pipe(on(refused)))
           return { error, logs }
         })
