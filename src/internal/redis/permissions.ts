@@ -58,27 +58,38 @@ export const verifyPermissions = (
 
 /**
  * ioredis' cluster client retries its ready check (`CLUSTER INFO`) for ever when the user may not
- * run it, so connecting would hang without a word. Raced against connecting: once the slot map is
- * first loaded it asks one master `CLUSTER INFO` itself, on a connection of its own (the client
- * drops its node connections when its ready check fails), and fails with the refusal, which names
- * `+cluster|info`; otherwise it never ends.
+ * run it, so connecting would hang without a word. Raced against connecting: when the client
+ * drops its connections after loading the slot map and before being ready (what a failed ready
+ * check does), it asks a master `CLUSTER INFO` itself, on a connection of its own, and fails with
+ * the refusal, which names `+cluster|info`. A connect that goes well opens nothing more; this
+ * never ends on its own.
  */
 export const clusterReadyCheckRefused = (cluster: Cluster): Effect.Effect<never, Error> =>
   cluster.options.enableReadyCheck === false
     ? Effect.never
     : Effect.async<never, Error>((resume) => {
+      let master: Redis | undefined
       let probe: Redis | undefined
       const onRefresh = () => {
-        probe = cluster.nodes("master")[0]?.duplicate({ lazyConnect: true, readOnly: false, retryStrategy: () => null })
-        if (probe === undefined) return
-        probe.on("error", () => {})
-        probe.call("CLUSTER", "INFO").then(() => {}, (error: unknown) => {
-          if (error instanceof Error && isPermissionRefusal(error)) resume(Effect.fail(error))
-        }).finally(() => probe?.disconnect())
+        master = cluster.nodes("master")[0] ?? master
       }
-      cluster.once("refresh", onRefresh)
+      const onClose = () => {
+        if (master === undefined || probe !== undefined) return
+        const own = master.duplicate({ lazyConnect: true, readOnly: false, retryStrategy: () => null })
+        probe = own
+        own.on("error", () => {})
+        own.call("CLUSTER", "INFO").then(() => {}, (error: unknown) => {
+          if (error instanceof Error && isPermissionRefusal(error)) resume(Effect.fail(error))
+        }).finally(() => {
+          own.disconnect()
+          probe = undefined
+        })
+      }
+      cluster.on("refresh", onRefresh)
+      cluster.on("close", onClose)
       return Effect.sync(() => {
         cluster.off("refresh", onRefresh)
+        cluster.off("close", onClose)
         probe?.disconnect()
       })
     })
