@@ -65,7 +65,12 @@ ${
       ["Event-loop delay p99 while renewing", `${dec(scale.eventLoopDelayP99Millis, 1)} ms`],
       ["Holds lost", int(scale.lostHolds)],
       [`Connections while ${int(scale.waiters)} fibers wait on ${scale.keys} keys`, int(scale.connectionsWaiting)],
-      ["Heap per waiter (after a full GC)", `${int(scale.heapPerWaiterBytes)} B`],
+      [
+        "Heap per waiter (after a full GC; a bare fiber forked the same way, parked on a Deferred)",
+        `${int(scale.heapPerWaiterBytes)} B (${
+          scale.heapPerBareFiberBytes === undefined ? "?" : int(scale.heapPerBareFiberBytes)
+        } B)`
+      ],
       [
         "Commands written per acquisition (holders and waiters, releases included)",
         dec(scale.commandsPerAcquisition, 2)

@@ -14,8 +14,9 @@
  * 6 s window, where the clock says 3).
  *
  * Waiters: 100 keys, each held by one fiber, and 100 more fibers waiting on each (10,000 waiters).
- * Measured while they wait: Redis connections and heap per waiter; then every holder lets go and
- * every waiter takes its lock once: commands written per acquisition, holders included.
+ * Measured while they wait: Redis connections and heap per waiter (next to the heap per fiber of as
+ * many bare fibers forked the same way, parked on a Deferred); then every holder lets go and every
+ * waiter takes its lock once: commands written per acquisition, holders included.
  */
 import { Deferred, Effect, Exit, Fiber, Metric, Scope } from "effect"
 import { monitorEventLoopDelay } from "node:perf_hooks"
@@ -49,6 +50,11 @@ export interface ScaleResult {
   readonly waiters: number
   readonly connectionsWaiting: number
   readonly heapPerWaiterBytes: number
+  /**
+   * The same count of fibers forked the same way, each parked on a Deferred: what a waiter costs
+   * before the lock does anything (Effect 3.22 copies the FiberRefs map per fiber).
+   */
+  readonly heapPerBareFiberBytes: number
   readonly commandsPerAcquisition: number
   readonly drainSeconds: number
   readonly acquired: number
@@ -120,6 +126,23 @@ const holdsPart = (ctx: BenchContext) =>
     }
   })
 
+/** Heap per fiber of `count` fibers forked like the waiters and parked on a Deferred. */
+const bareFiberHeap = (count: number) =>
+  Effect.gen(function*() {
+    const never = yield* Deferred.make<void>()
+    collectGarbage()
+    const before = memory().heapUsed
+    const fibers = yield* Effect.forEach(
+      Array.from({ length: count }, (_, i) => i),
+      () => Effect.fork(Deferred.await(never).pipe(Effect.catchAll(() => Effect.void)))
+    )
+    yield* Effect.sleep(100)
+    collectGarbage()
+    const perFiber = (memory().heapUsed - before) / count
+    yield* Fiber.interruptAll(fibers)
+    return perFiber
+  })
+
 const waitersPart = (ctx: BenchContext) =>
   Effect.gen(function*() {
     const letGo = yield* Deferred.make<void>()
@@ -147,6 +170,7 @@ const waitersPart = (ctx: BenchContext) =>
           return fiber
         })
     )
+    const heapPerBareFiberBytes = yield* bareFiberHeap(KEYS * WAITERS_PER_KEY)
     collectGarbage()
     const heapBefore = memory().heapUsed
     const waiters = yield* Effect.forEach(
@@ -175,6 +199,7 @@ const waitersPart = (ctx: BenchContext) =>
       waiters: KEYS * WAITERS_PER_KEY,
       connectionsWaiting,
       heapPerWaiterBytes,
+      heapPerBareFiberBytes,
       commandsPerAcquisition: commands / (acquired + KEYS),
       drainSeconds,
       acquired,
