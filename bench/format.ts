@@ -35,7 +35,11 @@ export const best = <A>(items: ReadonlyArray<A>, score: (a: A) => number, lowest
     undefined
   )
 
-export const floorName = { default: "default options", autoPipelining: "auto-pipelining" } as const
+export const floorName = {
+  default: "ioredis (default options)",
+  autoPipelining: "ioredis (auto-pipelining)",
+  primitives: "effect-lock's backend primitives, no hold"
+} as const
 
 /** How long a hold took in the hand-off scenario: effect-lock's time per acquisition minus its gap. */
 export const holdMillis = (results: BenchResults): number | undefined => {

@@ -12,6 +12,7 @@ import { semaphoreSection } from "./scenarios/semaphore.js"
 import type { SerialResult } from "./scenarios/serial.js"
 import {
   fairHandoffSection,
+  ladderSection,
   memorySection,
   promiseSection,
   readHeavySection,
@@ -124,13 +125,13 @@ const rawSection = (results: BenchResults) => {
       us(raw.fifty.p99)
     ],
     ...raw.floors.map((f) => [
-      `ioredis (${floorName[f.client]}), 1 loop, acquire + release pair`,
+      `${floorName[f.client]}, 1 loop, acquire + release pair`,
       `${int(f.serial.opsPerSecond)} pairs/s`,
       `${dec(f.serial.latency.p50, 1)} µs`,
       `${dec(f.serial.latency.p99, 1)} µs`
     ]),
     ...raw.floors.map((f) => [
-      `ioredis (${floorName[f.client]}), 64 loops on distinct keys, acquire + release pairs`,
+      `${floorName[f.client]}, 64 loops on distinct keys, acquire + release pairs`,
       `${int(f.distinctOpsPerSecond)} pairs/s`,
       "",
       ""
@@ -153,7 +154,10 @@ apart. The 50-client run shares this machine's ${results.machine.cores} cores wi
 server's throughput, not a ceiling. The ioredis rows run effect-lock's own acquire and release
 scripts from this Node process on a bare client, once with ioredis' defaults and once with
 auto-pipelining on (effect-lock's command connection has it off): what any Node lock doing two round
-trips pays before adding anything of its own.
+trips pays before adding anything of its own. The *backend primitives* rows run the same two scripts
+through effect-lock's \`RedisBackend\` (its \`tryAcquire\` and \`release\`, as Effects, on its own
+connection), with no hold, watchdog or guarded program around them: the step between the bare pair
+and a whole \`withLock\` (section *Where effect-lock's time goes*).
 `
 }
 
@@ -164,11 +168,17 @@ const serialSection = (results: BenchResults) => {
     `${dec(r.latency.p50, 1)} µs`,
     `${dec(r.latency.p99, 1)} µs`,
     `${dec(r.cpuMicrosPerOp, 0)} µs`,
+    r.serverMicrosPerOp === undefined ? "" : `${dec(r.serverMicrosPerOp, 1)} µs`,
     int(r.latency.count)
   ])
   return `### a. Serial: one fiber, uncontended key
 
-${table(["Library", "Ops/s", "p50", "p99", "CPU per op", "Samples"], [...rows, ...failedRows(results.serial, 6)])}
+${
+    table(["Library", "Ops/s", "p50", "p99", "CPU per op", "Redis CPU per op", "Samples"], [
+      ...rows,
+      ...failedRows(results.serial, 7)
+    ])
+  }
 
 Each library runs in ${
     ok(results.serial)[0]?.rounds ?? 0
@@ -178,7 +188,9 @@ libraries and the raw references; the table pools the rounds.
 One operation is a whole \`withLock\` (or the peer's equivalent) around an empty critical section: acquire,
 release, and whatever the library does around them (leases, watchdog timers, spans). *CPU per op*
 is this process's user + system time over the measured windows divided by the operations (the
-server's CPU is not in it).
+server's CPU is not in it). *Redis CPU per op* is the server's time in commands over the same
+windows (\`INFO commandstats\`), divided by the operations: what each library's scripts and commands
+cost the server, which bounds what it can serve when many callers share it.
 `
 }
 
@@ -399,6 +411,7 @@ ${waitersSection(results)}
 ${reentrantSection(results)}
 ${promiseSection(results)}
 ${memorySection(results)}
+${ladderSection(results)}
 ${scaleSection(results)}
 ${readHeavySection(results)}
 ${fairHandoffSection(results)}

@@ -245,7 +245,7 @@ const main = async () => {
   try {
     const withRaw = runs("raw")
     const sha = withRaw ? await Effect.runPromise(loadAcquire(ctx)) : ""
-    const floorClients: ReadonlyArray<FloorClient> = ["default", "autoPipelining"]
+    const floorClients: ReadonlyArray<FloorClient> = ["default", "autoPipelining", "primitives"]
     const singles: Array<RedisBenchmarkResult> = []
     const floorSerial = new Map<FloorClient, Array<SerialRound>>(floorClients.map((c) => [c, []]))
     const floorDistinct = new Map<FloorClient, Array<DistinctRound>>(floorClients.map((c) => [c, []]))
@@ -300,7 +300,12 @@ const main = async () => {
           const s = combineSerial(client, serial)
           floors.push({
             client,
-            serial: { opsPerSecond: s.opsPerSecond, latency: s.latency, cpuMicrosPerOp: s.cpuMicrosPerOp },
+            serial: {
+              opsPerSecond: s.opsPerSecond,
+              latency: s.latency,
+              cpuMicrosPerOp: s.cpuMicrosPerOp,
+              serverMicrosPerOp: s.serverMicrosPerOp
+            },
             distinctOpsPerSecond: combineDistinct(client, distinct).opsPerSecond
           })
         }

@@ -37,12 +37,69 @@ ${
     table(["Operation", "CPU per operation"], [
       ["Uncontended `withLock(key, Effect.void)`", `${dec(memory.uncontendedCpuMicros, 2)} µs`],
       ["Nested, reentrant `withLock` inside a held lock", `${dec(memory.reentrantCpuMicros, 2)} µs`],
+      [
+        "Starting one fiber as `withLock` starts its program's (`Runtime.runFork`, at once, empty)",
+        `${dec(memory.guardFiberCpuMicros, 2)} µs`
+      ],
       ["The bare loop step subtracted from both", `${dec(memory.baselineCpuMicros, 3)} µs`]
     ])
   }
 
 ${int(memory.iterations)} iterations of each in one fiber after a tenth as many of warm-up, timed
 as this process's CPU time (user + system), minus the same loop with a bare \`Effect.void\`.
+`
+}
+
+/**
+ * Where effect-lock's time goes on one uncontended Redis lock: the same two scripts on a bare
+ * client, through the backend's primitives, as a whole `withLock`, and from promise-land; with the
+ * memory backend's cost of the rest (no round trip) and the guard fiber's share of it.
+ */
+export const ladderSection = (results: BenchResults): string => {
+  const raw = results.raw !== undefined && !isFailed(results.raw) ? results.raw : undefined
+  const bare = raw?.floors.find((f) => f.client === "default")?.serial
+  const primitives = raw?.floors.find((f) => f.client === "primitives")?.serial
+  const withLock = ok(results.serial).find((r) => r.library === "effect-lock")
+  const promise = ok(results.promise ?? []).find((r) => r.library === "effect-lock (runPromise)")
+  const memory = results.memory !== undefined && !isFailed(results.memory) ? results.memory : undefined
+  if (bare === undefined || primitives === undefined || withLock === undefined) return ""
+  const row = (
+    what: string,
+    r: {
+      readonly latency: { readonly p50: number }
+      readonly cpuMicrosPerOp: number
+      readonly serverMicrosPerOp?: number | undefined
+    }
+  ) => [
+    what,
+    `${dec(r.latency.p50, 1)} µs`,
+    `${dec(r.cpuMicrosPerOp, 0)} µs`,
+    `${r.cpuMicrosPerOp >= bare.cpuMicrosPerOp ? "+" : "−"}${
+      dec(Math.abs(r.cpuMicrosPerOp - bare.cpuMicrosPerOp), 0)
+    } µs`,
+    r.serverMicrosPerOp === undefined ? "" : `${dec(r.serverMicrosPerOp, 1)} µs`
+  ]
+  const rows = [
+    row("The two scripts on a bare ioredis client (the floor)", bare),
+    row("The same, through `RedisBackend`'s `tryAcquire` and `release` (Effects, its connection)", primitives),
+    row("A whole `withLock(key, Effect.void)`", withLock),
+    ...(promise === undefined ? [] : [row("`ManagedRuntime.runPromise(withLock(...))` per operation", promise)])
+  ]
+  const memoryText = memory === undefined ? "" : `
+
+With no round trip at all (section h), a whole \`withLock\` costs ${
+    dec(memory.uncontendedCpuMicros, 1)
+  } µs of CPU on the memory backend, and
+starting the fiber that runs the program guarded, which the shape requires (a lost lease interrupts
+that fiber, never the caller's), ${dec(memory.guardFiberCpuMicros, 1)} µs of it.`
+  return `### Where effect-lock's time goes: one uncontended lock on Redis
+
+${table(["Step", "p50", "CPU per op", "CPU over the floor", "Redis CPU per op"], rows)}
+
+The rows come from the serial rounds above (the floors from the raw rounds, which take turns with
+them). The primitives row is the two calls alone; the \`withLock\` row adds the lock around them:
+checking the key and options, the hold, its entry in the renewal scheduler, the fiber that runs the
+program, and the release's bookkeeping.${memoryText}
 `
 }
 

@@ -64,7 +64,7 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
       unit: "/s",
       bars: [
         ...bars(results.serial, (r) => r.opsPerSecond),
-        ...(raw === undefined ? [] : raw.floors.map((f) => ({
+        ...(raw === undefined ? [] : bareFloors(raw.floors).map((f) => ({
           label: `ioredis, no library${f.client === "autoPipelining" ? " (pipelined)" : ""}`,
           value: f.serial.opsPerSecond,
           kind: "reference" as const
@@ -78,7 +78,7 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
       unit: "/s",
       bars: [
         ...bars(results.distinct, (r) => r.opsPerSecond),
-        ...(raw === undefined ? [] : raw.floors.map((f) => ({
+        ...(raw === undefined ? [] : bareFloors(raw.floors).map((f) => ({
           label: `ioredis, no library${f.client === "autoPipelining" ? " (pipelined)" : ""}`,
           value: f.distinctOpsPerSecond,
           kind: "reference" as const
@@ -88,6 +88,10 @@ const panels = (results: BenchResults): ReadonlyArray<Panel> => {
   }
   return result
 }
+
+/** The bare ioredis floors (the chart leaves effect-lock's own primitives to the tables). */
+const bareFloors = <F extends { readonly client: string }>(floors: ReadonlyArray<F>) =>
+  floors.filter((f) => f.client !== "primitives")
 
 export const renderChart = (results: BenchResults): string => {
   const parts: Array<string> = []

@@ -251,7 +251,7 @@ export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
       )
     }
     const distinctPeer = best(peers(results.distinct), (p) => p.opsPerSecond)
-    const fastestFloor = best(raw.floors, (f) => f.distinctOpsPerSecond)
+    const fastestFloor = best(raw.floors.filter((f) => f.client !== "primitives"), (f) => f.distinctOpsPerSecond)
     if (distinctPeer !== undefined && fastestFloor !== undefined) {
       lines.push(
         `64 bare ioredis loops reach ${int(fastestFloor.distinctOpsPerSecond)} acquire + release pairs/s, ` +
@@ -259,6 +259,19 @@ export const targetContext = (results: BenchResults): ReadonlyArray<string> => {
           "library on ioredis in this process."
       )
     }
+  }
+  const oursSerial = subject(results.serial)
+  const cheapestPeer = best(
+    peers(results.serial).filter((p) => p.serverMicrosPerOp !== undefined),
+    (p) => -(p.serverMicrosPerOp ?? 0)
+  )
+  if (oursSerial?.serverMicrosPerOp !== undefined && cheapestPeer?.serverMicrosPerOp !== undefined) {
+    lines.push(
+      `Each uncontended acquire + release costs the Redis server ${dec(oursSerial.serverMicrosPerOp, 1)} µs of CPU ` +
+        `with effect-lock (two scripts: a Redisson-layout hash, a fencing counter, a release notification) and ` +
+        `${dec(cheapestPeer.serverMicrosPerOp, 1)} µs with ${cheapestPeer.library}; when 64 callers share one server ` +
+        "that shares this machine's cores, the server's share bounds target 3."
+    )
   }
   const hold = holdMillis(results)
   if (hold !== undefined) {

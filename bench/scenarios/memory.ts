@@ -5,7 +5,7 @@
  * loop, minus the same loop with a bare `Effect.void` in its place. effect-lock only: no peer has
  * an in-process backend.
  */
-import { Effect } from "effect"
+import { Effect, Runtime } from "effect"
 import type * as EffectLock from "../../src/index.js"
 import type { BenchContext } from "./common.js"
 
@@ -20,6 +20,12 @@ export interface MemoryResult {
   readonly reentrantCpuMicros: number
   /** CPU microseconds per iteration of the bare loop that was subtracted. */
   readonly baselineCpuMicros: number
+  /**
+   * CPU microseconds to start one fiber the way `withLock` starts the fiber that runs its program
+   * (`Runtime.runFork` from the caller's fiber, at once, of an empty program, its result polled):
+   * the part of every `withLock` that the shape itself costs (loop overhead removed).
+   */
+  readonly guardFiberCpuMicros: number
 }
 
 const ITERATIONS = 200_000
@@ -34,11 +40,22 @@ const cpuPer = <R>(n: number, body: Effect.Effect<unknown, never, R>) =>
     return (cpu.user + cpu.system) / n
   })
 
+/** A fiber started as `withLock` starts the one that runs its program (see `guardFiberCpuMicros`). */
+const startFiber = Effect.withFiberRuntime<unknown>((parent, status) => {
+  const runtime = Runtime.make({
+    context: parent.currentContext,
+    runtimeFlags: status.runtimeFlags,
+    fiberRefs: parent.getFiberRefs()
+  })
+  return Effect.succeed(Runtime.runFork(runtime)(Effect.void, { immediate: true }).unsafePoll())
+})
+
 export const memory = (ctx: BenchContext): Effect.Effect<MemoryResult> =>
   Effect.gen(function*() {
     const n = Math.max(20_000, Math.round(ITERATIONS * Math.min(1, ctx.scale)))
     const baseline = yield* cpuPer(n, Effect.void)
     const uncontended = yield* cpuPer(n, Effect.orDie(withLock("bench:memory", Effect.void)))
+    const guardFiber = yield* cpuPer(n, startFiber)
     const nested = yield* Effect.orDie(withLock(
       "bench:memory:outer",
       cpuPer(n, Effect.orDie(withLock("bench:memory:outer", Effect.void)))
@@ -47,6 +64,7 @@ export const memory = (ctx: BenchContext): Effect.Effect<MemoryResult> =>
       iterations: n,
       uncontendedCpuMicros: uncontended - baseline,
       reentrantCpuMicros: nested - baseline,
-      baselineCpuMicros: baseline
+      baselineCpuMicros: baseline,
+      guardFiberCpuMicros: guardFiber - baseline
     }
   }).pipe(Effect.provide(MemoryBackend.layer))

@@ -14,11 +14,13 @@
  * options and on one with auto-pipelining on (as effect-lock's command connection has it). It
  * separates what Node and ioredis cost from what a lock library adds.
  */
-import { Effect } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { Redis } from "ioredis"
 import { spawn } from "node:child_process"
 import { createHash } from "node:crypto"
 import { readFileSync } from "node:fs"
+import type * as EffectLock from "../../src/index.js"
+import type * as EffectLockRedisBackend from "../../src/RedisBackend.js"
 import type { Summary } from "../support/stats.js"
 import type { BenchContext } from "./common.js"
 import { window } from "./common.js"
@@ -37,12 +39,22 @@ export interface RedisBenchmarkResult {
   readonly command: string
 }
 
-export type FloorClient = "default" | "autoPipelining"
+/**
+ * The floors: a bare ioredis client with its defaults or with auto-pipelining, and effect-lock's
+ * own backend primitives (`tryAcquire` + `release` through `RedisBackend`'s connection, without a
+ * hold, a watchdog or a guarded program): the rung between the bare pair and a whole `withLock`.
+ */
+export type FloorClient = "default" | "autoPipelining" | "primitives"
 
 export interface FloorResult {
   readonly client: FloorClient
   /** Acquire + release pairs, one loop: microseconds. */
-  readonly serial: { readonly opsPerSecond: number; readonly latency: Summary; readonly cpuMicrosPerOp: number }
+  readonly serial: {
+    readonly opsPerSecond: number
+    readonly latency: Summary
+    readonly cpuMicrosPerOp: number
+    readonly serverMicrosPerOp?: number | undefined
+  }
   /** Acquire + release pairs from 64 loops on distinct keys. */
   readonly distinctOpsPerSecond: number
 }
@@ -108,7 +120,7 @@ export const redisBenchmark = (ctx: BenchContext, sha: string, clients: number, 
 
 /** A bare ioredis client with effect-lock's two scripts loaded, closed with the scope. */
 const floorClient = (ctx: BenchContext, client: FloorClient) =>
-  Effect.acquireRelease(
+  client === "primitives" ? primitivesClient(ctx) : Effect.acquireRelease(
     Effect.promise(async () => {
       const redis = new Redis(ctx.url, {
         lazyConnect: true,
@@ -130,10 +142,35 @@ const floorClient = (ctx: BenchContext, client: FloorClient) =>
     ({ redis }) => Effect.sync(() => redis.disconnect())
   )
 
+// effect-lock from its build, as in peers.ts: what its users run.
+const effectLockBuild = "../../dist/index.js"
+const effectLockRedisBuild = "../../dist/RedisBackend.js"
+const { LockBackend } = (await import(effectLockBuild)) as typeof EffectLock
+const RedisBackend = (await import(effectLockRedisBuild)) as typeof EffectLockRedisBackend
+
+/** The backend's own `tryAcquire` + `release`, one owner per pair, on `RedisBackend.layer({ url })`. */
+const primitivesClient = (ctx: BenchContext) =>
+  Effect.map(
+    Effect.orDie(Layer.build(RedisBackend.layer({ url: ctx.url }))),
+    (context) => {
+      const { primitives } = Context.get(context, LockBackend)
+      let n = 0
+      const pair = (key: string) =>
+        Effect.suspend(() => {
+          const owner = `floor-owner:${++n}`
+          return Effect.zipRight(
+            primitives.tryAcquire({ key, owner, leaseMillis: 30_000, fencing: true, waiting: false }),
+            primitives.release(key, owner)
+          )
+        }).pipe(Effect.orDie, Effect.asVoid)
+      return { pair }
+    }
+  )
+
 export const floorSerialRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<SerialRound> =>
   Effect.scoped(
     Effect.flatMap(floorClient(ctx, client), ({ pair }) =>
-      timeLoop(pair("bench:floor"), window(ctx, 300), window(ctx, 800)))
+      timeLoop(pair("bench:floor"), window(ctx, 300), window(ctx, 800), ctx.admin.serverMicros))
   )
 
 export const floorDistinctRound = (ctx: BenchContext, client: FloorClient): Effect.Effect<DistinctRound> =>

@@ -23,6 +23,12 @@ export interface SerialResult {
    * measured windows), in microseconds: what the library costs around the round trips.
    */
   readonly cpuMicrosPerOp: number
+  /**
+   * The Redis server's CPU time per acquire + release (microseconds, from `INFO commandstats` around
+   * the measured windows): what the library's commands and scripts cost the server. `undefined`
+   * when not measured.
+   */
+  readonly serverMicrosPerOp?: number | undefined
   readonly seconds: number
   readonly rounds: number
 }
@@ -33,6 +39,8 @@ export interface SerialRound {
   readonly seconds: number
   /** CPU time of this process over the measured window (user + system), microseconds. */
   readonly cpuMicros: number
+  /** The server's CPU time for the commands run in the measured window, microseconds. */
+  readonly serverMicros?: number | undefined
 }
 
 export const SERIAL_ROUNDS = 3
@@ -40,15 +48,20 @@ const WARMUP_MS = 300
 const ROUND_MS = 800
 const MAX_OPS = 100_000
 
-/** Time `once` back to back for `ms`, after `warmupMs` of the same. */
+/**
+ * Time `once` back to back for `ms`, after `warmupMs` of the same. `serverMicros`, when given, reads
+ * the server's total command time; the round then reports the server's share of the measured window.
+ */
 export const timeLoop = <E>(
   once: Effect.Effect<unknown, E>,
   warmupMs: number,
-  ms: number
+  ms: number,
+  serverMicros?: () => Promise<number>
 ): Effect.Effect<SerialRound, E> =>
   Effect.gen(function*() {
     const warmupEnd = now() + warmupMs
     while (now() < warmupEnd) yield* once
+    const serverBefore = serverMicros === undefined ? undefined : yield* Effect.promise(serverMicros)
     const samples: Array<number> = []
     const cpuBefore = process.cpuUsage()
     const start = now()
@@ -61,7 +74,13 @@ export const timeLoop = <E>(
       t = after
     }
     const cpu = process.cpuUsage(cpuBefore)
-    return { samples, seconds: (t - start) / 1000, cpuMicros: cpu.user + cpu.system }
+    const serverAfter = serverMicros === undefined ? undefined : yield* Effect.promise(serverMicros)
+    return {
+      samples,
+      seconds: (t - start) / 1000,
+      cpuMicros: cpu.user + cpu.system,
+      serverMicros: serverBefore === undefined || serverAfter === undefined ? undefined : serverAfter - serverBefore
+    }
   })
 
 export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
@@ -69,18 +88,23 @@ export const serialRound = (ctx: BenchContext, library: LockLibrary) =>
     timeLoop(
       client.withLock(`bench:serial:${library.name}`, Effect.void),
       window(ctx, WARMUP_MS),
-      window(ctx, ROUND_MS)
+      window(ctx, ROUND_MS),
+      ctx.admin.serverMicros
     ))
 
 export const combineSerial = (library: string, rounds: ReadonlyArray<SerialRound>): SerialResult => {
   const samples = rounds.flatMap((round) => round.samples)
   const seconds = rounds.reduce((total, round) => total + round.seconds, 0)
   const cpuMicros = rounds.reduce((total, round) => total + round.cpuMicros, 0)
+  const serverMicros = rounds.every((round) => round.serverMicros !== undefined)
+    ? rounds.reduce((total, round) => total + (round.serverMicros ?? 0), 0)
+    : undefined
   return {
     library,
     opsPerSecond: samples.length / seconds,
     latency: summarize(samples),
     cpuMicrosPerOp: cpuMicros / samples.length,
+    serverMicrosPerOp: serverMicros === undefined ? undefined : serverMicros / samples.length,
     seconds,
     rounds: rounds.length
   }

@@ -63,6 +63,11 @@ export interface Admin {
   readonly resetStats: () => Promise<void>
   /** `INFO commandstats` as calls per command (`evalsha`, `client|list`, ...). */
   readonly commandStats: () => Promise<Map<string, number>>
+  /**
+   * The server's total time in commands so far (microseconds, `INFO commandstats`), the admin
+   * connection's own `INFO` and `CONFIG` calls left out.
+   */
+  readonly serverMicros: () => Promise<number>
   /** Client connections other than admin ones. */
   readonly connections: () => Promise<number>
   readonly close: () => void
@@ -86,6 +91,14 @@ export const openAdmin = async (url: string): Promise<Admin> => {
         stats.set(match[1]!, Number(match[2]))
       }
       return stats
+    },
+    serverMicros: async () => {
+      const text = await redis.info("commandstats")
+      let micros = 0
+      for (const match of text.matchAll(/^cmdstat_([^:]+):calls=\d+,usec=(\d+)/gm)) {
+        if (match[1] !== "info" && !match[1]!.startsWith("config")) micros += Number(match[2])
+      }
+      return micros
     },
     connections: async () => {
       const list = (await redis.call("CLIENT", "LIST")) as string
