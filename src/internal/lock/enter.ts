@@ -312,6 +312,14 @@ export const enterScopedOf = <E, Busy extends undefined, EK = never>(
     validated(fiber, key, options, (resolved) => enterScopedIn(fiber, key, resolved, attempt, entry, undefined))
   )
 
+/**
+ * The scope's finaliser for `hold`, made outside `enterScopedIn` so that the closure, which lives as
+ * long as the scope, keeps only the hold alive (a closure made in there kept that call's whole
+ * context: a few hundred bytes per hold).
+ */
+const releaseOnClose = (hold: Hold) => () =>
+  Effect.zipRight(FiberRef.update(currentRegion, (current) => without(current, hold)), releaseHold(hold))
+
 const enterScopedIn = <E, Busy extends undefined, EK = never>(
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   key: string,
@@ -341,14 +349,7 @@ const enterScopedIn = <E, Busy extends undefined, EK = never>(
           // The rest of the scope is the hold's region: joiners of this fiber see it too. When the
           // scope closes, the hold leaves the region of the fiber that closes it, then is released.
           // One closure per hold, and the finaliser's effect made only when the scope closes.
-          Scope.addFinalizerExit(
-            scope,
-            () =>
-              Effect.zipRight(
-                FiberRef.update(currentRegion, (current) => without(current, hold)),
-                releaseHold(hold)
-              )
-          ),
+          Scope.addFinalizerExit(scope, releaseOnClose(hold)),
           Effect.as(FiberRef.update(currentRegion, (current) => extend(current, hold)), makeLease(hold))
         )
     )
