@@ -309,7 +309,7 @@ describe.skipIf(skip)("effect-lock CLI on a Redis Cluster", () => {
     expect(second.events().map((e) => e.waiters)).toEqual(second.events().map(() => 0))
   })
 
-  it("the URL's user and password reach every node: each master's connections are the URL's user; a wrong password exits 5 without echoing it", async () => {
+  it("the URL's user and password reach every node (CLIENT LIST user=cli on each master); a wrong password exits 5 without echoing it; a user without INFO is recognized by CLUSTER INFO, one without either gets MOVED explained", async () => {
     const secret = "cli-pa55-word"
     await Promise.all(
       cluster.nodes.map((node) =>
@@ -347,5 +347,37 @@ describe.skipIf(skip)("effect-lock CLI on a Redis Cluster", () => {
     const wrong = await cli(["list", "--url", `redis://cli:not-${secret}@127.0.0.1:${port}`])
     expect(wrong.code).toBe(5)
     expect(wrong.stderr).not.toContain(secret)
+
+    // A user who may not run INFO: the cluster is recognized by CLUSTER INFO; without that either,
+    // a key on another master is refused with MOVED, and the error says why.
+    const setUser = (name: string, ...tokens: ReadonlyArray<string>) =>
+      Promise.all(
+        cluster.nodes.map((node) =>
+          cluster.node(node.port).call("ACL", "SETUSER", name, "reset", "on", `>${secret}`, "~*", "&*", ...tokens)
+        )
+      )
+    await setUser("no-info", "+@all", "-info")
+    await setUser("blind", "+@all", "-info", "-cluster")
+    const held = await Promise.all(names.map((n) => hold(runtime(), Lock.acquire(n, { lease: "30 seconds" }))))
+    const listed = await cli([
+      "list",
+      "c:*",
+      "--url",
+      `redis://no-info:${secret}@127.0.0.1:${port}`,
+      "--prefix",
+      prefix
+    ])
+    expect(listed).toMatchObject({ code: 0, stderr: "" })
+    for (const n of names) expect(listed.stdout).toContain(n)
+    const moved = await Promise.all(
+      names.map((n) => cli(["inspect", n, "--url", `redis://blind:${secret}@127.0.0.1:${port}`, "--prefix", prefix]))
+    )
+    const refused = moved.filter((run) => run.code !== 0)
+    expect(refused.length).toBeGreaterThan(0)
+    for (const run of refused) {
+      expect(run.code).toBe(1)
+      expect(run.stderr).toMatch(/MOVED .*a Redis Cluster node/)
+    }
+    for (const { release } of held) await release()
   })
 })

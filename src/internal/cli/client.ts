@@ -88,7 +88,14 @@ const commandError = (connection: Connection, error: unknown): CliError => {
     })
   }
   if (error instanceof Error && error.name === "ReplyError") {
-    return new CliError({ message: `Redis at ${connection.host} answered: ${message}`, exitCode: ExitCode.failure })
+    // A cluster node taken for a single server: neither INFO nor CLUSTER INFO was allowed.
+    const hint = /^(MOVED|ASK) /.test(message)
+      ? " (a Redis Cluster node: the CLI recognizes one by INFO cluster or CLUSTER INFO, which this user may not run)"
+      : ""
+    return new CliError({
+      message: `Redis at ${connection.host} answered: ${message}${hint}`,
+      exitCode: ExitCode.failure
+    })
   }
   return new CliError({ message: `lost Redis at ${connection.host}: ${message}`, exitCode: ExitCode.unreachable })
 }
@@ -106,11 +113,20 @@ const close = (redis: Redis | Cluster) =>
     Effect.ensuring(Effect.sync(() => redis.disconnect()))
   )
 
-/** Whether the server says it is a cluster node (`cluster_enabled:1`); not a cluster when it cannot tell. */
+/**
+ * Whether the server says it is a cluster node: `INFO cluster` says `cluster_enabled:1`, or, for a
+ * user who may not run `INFO`, `CLUSTER INFO` answers (a server without cluster support refuses
+ * it). Not a cluster when neither can tell.
+ */
 const isClusterNode = (redis: Redis) =>
   Effect.tryPromise(() => redis.info("cluster")).pipe(
     Effect.map((info) => /^cluster_enabled:1\s*$/m.test(info)),
-    Effect.orElseSucceed(() => false)
+    Effect.orElse(() =>
+      Effect.tryPromise(() => redis.call("CLUSTER", "INFO") as Promise<unknown>).pipe(
+        Effect.map((info) => typeof info === "string" && info.includes("cluster_state:")),
+        Effect.orElseSucceed(() => false)
+      )
+    )
   )
 
 /** What a node connection of the cluster takes from the URL: credentials and TLS (a cluster has only db 0). */
@@ -125,6 +141,9 @@ const nodeOptionsOf = (url: string): RedisOptions => {
 
 const commonOptions = {
   connectionName: "effect-lock-cli",
+  // No INFO on connecting (ioredis' ready check, which prints a warning where INFO is refused): a
+  // server still loading its data answers LOADING, which the command reports.
+  enableReadyCheck: false,
   maxRetriesPerRequest: 0,
   connectTimeout: 5_000,
   commandTimeout: 10_000
