@@ -118,7 +118,7 @@ const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
 export const watch = (hold: Hold): void => {
   const { renewals } = hold.backend
   const renewing = hold.options.renewMillis > 0
-  const due = new Due(hold, renewing)
+  const due = new Due(hold)
   renewals.track()
   metrics.count(metrics.held, hold.backend.labels)
   hold.watched = true
@@ -130,9 +130,17 @@ export const watch = (hold: Hold): void => {
  * `hold.firstDueAt`): one small object per hold, no closures, reused for every renewal.
  */
 class Due implements Member {
+  constructor(readonly hold: Hold) {}
+  /** Renewing, or (`renew: false`) only waiting for the deadline. */
+  get renewing(): boolean {
+    return this.hold.options.renewMillis > 0
+  }
   /** The scheduler may send it with an earlier bucket, from this instant on, to fill a batch. */
-  earliest = 0
-  constructor(readonly hold: Hold, readonly renewing: boolean) {}
+  get earliest(): number {
+    const { hold } = this
+    // Bringing a renewal forward by up to a grid step costs nothing (see `nextDue`).
+    return this.renewing ? hold.firstDueAt - gridOf(hold.options.renewMillis) : hold.firstDueAt
+  }
   get request(): LockRequest | undefined {
     return this.renewing ? this.hold.request : undefined
   }
@@ -143,8 +151,6 @@ class Due implements Member {
     const { hold } = this
     hold.firstDue = this
     hold.firstDueAt = at
-    // Bringing a renewal forward by up to a grid step costs nothing (see `nextDue`).
-    this.earliest = this.renewing ? at - gridOf(hold.options.renewMillis) : at
     hold.backend.renewals.schedule(this, at)
   }
   deliver(renewal: Renewal): Effect.Effect<void> {
