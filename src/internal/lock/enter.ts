@@ -159,7 +159,7 @@ const reenter = <A, E, R>(
     metrics.count(metrics.reentries, hold.backend.labels)
     // From the fiber that already runs guarded by this hold no guard fiber of its own is needed:
     // a loss interrupts this very fiber, and the outer withLock reports it.
-    const inPlace = hold.guarded?.has(fiber) === true
+    const inPlace = hold.guarded?.has(fiber) === true || hold.starting === fiber.id()
     const run = inPlace ? restore(runProgram(program, hold)) : runGuarded(hold, runProgram(program, hold), restore)
     return Effect.matchCauseEffect(run, {
       onFailure: (cause) => {

@@ -52,13 +52,17 @@ export const runGuarded = <A, E, R>(
     })
     // Started at once on this thread (no scheduler hop before the program's first step); it is
     // not a child of the caller's fiber, so every way out below awaits or interrupts it.
+    const previous = hold.starting
     const fiber = Runtime.runFork(runtime)(started, {
       immediate: true,
-      updateRefs: (refs, fiberId) =>
-        initialRefs = region === undefined
+      updateRefs: (refs, fiberId) => {
+        hold.starting = fiberId
+        return initialRefs = region === undefined
           ? refs
           : FiberRefs.updateAs(refs, { fiberId, fiberRef: currentRegion, value: region })
+      }
     })
+    hold.starting = previous
     // The program's result, once the fiber is done: a loss that interrupted it becomes the hold's
     // `LockLostError`, and FiberRefs it set pass to the caller.
     const settle = (exit: Exit.Exit<A, E | LockLostError>): Effect.Effect<A, E | LockLostError> => {

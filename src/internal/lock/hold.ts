@@ -55,6 +55,11 @@ export interface Hold {
   lostSignal: Deferred.Deferred<never, LockLostError> | undefined
   /** Fibers running a program guarded by this hold: interrupted on loss. */
   guarded: Set<Fiber.RuntimeFiber<unknown, unknown>> | undefined
+  /**
+   * The fiber whose program is taking its first, synchronous steps under this hold (not yet in
+   * `guarded`, which it joins when that run ends): a reentry from it is in place too.
+   */
+  starting: FiberId.FiberId | undefined
   /** The caller's scope, for `Lock.acquire`: the watchdog is forked into it. */
   readonly scope: Scope.Scope | undefined
   /**
@@ -112,6 +117,7 @@ export const makeHold = (
   deadline: startedAt + options.leaseMillis - options.driftMillis,
   lostSignal: undefined,
   guarded: undefined,
+  starting: undefined,
   scope,
   ownScope: undefined,
   span: undefined,

@@ -86,13 +86,19 @@ export const acquireWaiting = (
   const { key } = request
   if (queue.isContended(key)) return waitFor(backend, request, options, restore, false, undefined)
   queue.attemptStarted(key)
-  return Effect.flatMap(
-    Effect.ensuring(attempt(backend, request), Effect.sync(() => queue.attemptDone(key))),
-    (first) =>
-      first._tag === "Acquired"
+  // One step for both ways out (the attempt runs uninterruptibly, so neither is skipped).
+  return Effect.matchCauseEffect(attempt(backend, request), {
+    onFailure: (cause) => {
+      queue.attemptDone(key)
+      return Effect.failCause(cause)
+    },
+    onSuccess: (first) => {
+      queue.attemptDone(key)
+      return first._tag === "Acquired"
         ? Effect.succeed(first)
         : waitFor(backend, request, options, restore, true, first.ttlMillis)
-  )
+    }
+  })
 }
 
 /**
