@@ -82,8 +82,20 @@ export const acquireWaiting = (
   // first out, rather than barge in with an attempt that would be refused anyway (or win against
   // them). Ten thousand fibers that come for a hundred keys at once send a hundred attempts, not ten
   // thousand whose replies would have to wait for the process to get through all of them.
+  // A kind that keeps a line of waiters in the backend (fair, write) takes its place in that line by
+  // its attempt, and readers may share the lock: those queue up behind waiters only, as before.
   const { queue } = backend
   const { key } = request
+  if (backend.abandon !== undefined || backend.shared) {
+    if (queue.waitersOn(key) > 0) return waitFor(backend, request, options, restore, false, undefined)
+    return Effect.flatMap(
+      attempt(backend, request),
+      (first) =>
+        first._tag === "Acquired"
+          ? Effect.succeed(first)
+          : waitFor(backend, request, options, restore, true, first.ttlMillis)
+    )
+  }
   if (queue.isContended(key)) return waitFor(backend, request, options, restore, false, undefined)
   queue.attemptStarted(key)
   // One step for both ways out (the attempt runs uninterruptibly, so neither is skipped).
