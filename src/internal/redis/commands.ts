@@ -10,11 +10,11 @@
  * and fails. A lock kind gets this by sending its writes through these calls with these
  * operations; a kind whose hold the plain release cannot undo passes its `undo` to `callTakingWith`.
  */
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
 import type { BackendOperation, LockBackendError } from "../../LockError.js"
 import { LockReplicaSyncError } from "../../LockError.js"
-import type { Connections } from "./connection.js"
+import type { Connections, Outcome, Send } from "./connection.js"
 import { backendName, certainlyNotRun, messageOf, redisError, unexpectedReply } from "./errors.js"
 import type { KeyLayout } from "./keys.js"
 import * as scripts from "./lockScripts.js"
@@ -54,6 +54,28 @@ export interface Commands {
     script: Script<I, A>,
     ...input: I
   ) => Effect.Effect<A, LockBackendError>
+  /**
+   * `call` and `callTaking` by callbacks (`Connections.start`): `done` gets the outcome; the
+   * returned function, when there is one, stops waiting as an interrupted caller would (an
+   * acquisition in flight is then compensated).
+   */
+  readonly start: {
+    readonly call: <I extends ReadonlyArray<unknown>, A>(
+      operation: BackendOperation,
+      key: string,
+      script: Script<I, A>,
+      input: I,
+      done: (result: Outcome<A>) => void
+    ) => (() => void) | undefined
+    readonly callTaking: <I extends ReadonlyArray<unknown>, A>(
+      operation: BackendOperation,
+      request: LockRequest,
+      took: (result: A) => boolean,
+      script: Script<I, A>,
+      input: I,
+      done: (result: Outcome<A>) => void
+    ) => (() => void) | undefined
+  }
   /** Replica sync, when the backend has it on. */
   readonly sync: CommandSync | undefined
 }
@@ -99,19 +121,20 @@ export const makeCommands = (connections: Connections, layout: KeyLayout, sync?:
     else sync.confirmed()
   }
 
-  const call = <I extends ReadonlyArray<unknown>, A>(
+  /** What `call` sends. */
+  const plainCall = <I extends ReadonlyArray<unknown>, A>(
     operation: BackendOperation,
     key: string,
     script: Script<I, A>,
-    ...input: I
-  ): Effect.Effect<A, LockBackendError> =>
-    budgeted(operation, key, (settle) => {
-      sendWrite(syncedCalls.has(operation), script, input, (reply, confirmation) => {
-        const value = script.decode(reply)
-        if (value !== undefined) checkShort(operation, key, confirmation)
-        settle(value === undefined ? Effect.fail(unexpectedReply(operation, key, reply)) : Effect.succeed(value))
-      }, (cause) => settle(Effect.fail(redisError(operation, key, cause))))
-    })
+    input: I
+  ): Send<A> =>
+  (settle) => {
+    sendWrite(syncedCalls.has(operation), script, input, (reply, confirmation) => {
+      const value = script.decode(reply)
+      if (value !== undefined) checkShort(operation, key, confirmation)
+      settle(value === undefined ? Either.left(unexpectedReply(operation, key, reply)) : Either.right(value))
+    }, (cause) => settle(Either.left(redisError(operation, key, cause))))
+  }
 
   // The acquiring script may have run although its reply never reached the caller (a command
   // timeout, a dropped connection, an interrupted caller). Its hold is then released here, owner
@@ -146,74 +169,82 @@ export const makeCommands = (connections: Connections, layout: KeyLayout, sync?:
     )
   }
 
-  const callTakingWith = <J extends ReadonlyArray<unknown>, I extends ReadonlyArray<unknown>, A>(
+  /** What `callTakingWith` sends. */
+  const takingCall = <J extends ReadonlyArray<unknown>, I extends ReadonlyArray<unknown>, A>(
     undo: Undo<J> | undefined,
     operation: BackendOperation,
     request: LockRequest,
     took: (result: A) => boolean,
     script: Script<I, A>,
-    ...input: I
-  ): Effect.Effect<A, LockBackendError> =>
-    budgeted(operation, request.key, (settle) => {
-      let abandoned = false
-      let settled = false
-      sendWrite(true, script, input, (reply, confirmation) => {
-        settled = true
-        const result = script.decode(reply)
-        if (sync !== undefined && confirmation !== undefined && result !== undefined && took(result)) {
-          if (confirmation.confirmed === 0) {
-            // No replica has this acquisition: a failover now would hand the lock to someone
-            // else while this caller believes it holds it. Undo it, and fail.
-            sync.short(operation, request.key, confirmation)
-            compensate(
-              request,
-              "no replica confirmed the acquisition",
-              undo,
-              "Released a lock taken by an acquire that no replica confirmed"
-            )
-            if (!abandoned) {
-              settle(Effect.fail(redisError(
-                operation,
-                request.key,
-                new LockReplicaSyncError({
-                  key: request.key,
-                  required: sync.replicas,
-                  confirmed: confirmation.confirmed,
-                  timeoutMillis: sync.timeoutMillis,
-                  command: confirmation.command
-                })
-              )))
-            }
-            return
-          }
-          checkShort(operation, request.key, confirmation)
-        }
-        if (!abandoned) {
-          settle(
-            result === undefined
-              ? Effect.fail(unexpectedReply(operation, request.key, reply))
-              : Effect.succeed(result)
+    input: I
+  ): Send<A> =>
+  (settle) => {
+    let abandoned = false
+    let settled = false
+    sendWrite(true, script, input, (reply, confirmation) => {
+      settled = true
+      const result = script.decode(reply)
+      if (sync !== undefined && confirmation !== undefined && result !== undefined && took(result)) {
+        if (confirmation.confirmed === 0) {
+          // No replica has this acquisition: a failover now would hand the lock to someone
+          // else while this caller believes it holds it. Undo it, and fail.
+          sync.short(operation, request.key, confirmation)
+          compensate(
+            request,
+            "no replica confirmed the acquisition",
+            undo,
+            "Released a lock taken by an acquire that no replica confirmed"
           )
-        } else if (result !== undefined && took(result)) {
-          compensate(request, "caller interrupted", undo)
+          if (!abandoned) {
+            settle(Either.left(redisError(
+              operation,
+              request.key,
+              new LockReplicaSyncError({
+                key: request.key,
+                required: sync.replicas,
+                confirmed: confirmation.confirmed,
+                timeoutMillis: sync.timeoutMillis,
+                command: confirmation.command
+              })
+            )))
+          }
+          return
         }
-      }, (cause) => {
-        settled = true
-        if (!certainlyNotRun(cause)) compensate(request, messageOf(cause), undo)
-        if (!abandoned) settle(Effect.fail(redisError(operation, request.key, cause)))
-      })
-      // Abandoned while the script is in flight (the caller interrupted, or the budget ran out):
-      // whatever it turns out to have done must not outlive this caller.
-      return () => {
-        if (!settled) abandoned = true
+        checkShort(operation, request.key, confirmation)
       }
+      if (!abandoned) {
+        settle(
+          result === undefined
+            ? Either.left(unexpectedReply(operation, request.key, reply))
+            : Either.right(result)
+        )
+      } else if (result !== undefined && took(result)) {
+        compensate(request, "caller interrupted", undo)
+      }
+    }, (cause) => {
+      settled = true
+      if (!certainlyNotRun(cause)) compensate(request, messageOf(cause), undo)
+      if (!abandoned) settle(Either.left(redisError(operation, request.key, cause)))
     })
+    // Abandoned while the script is in flight (the caller interrupted, or the budget ran out):
+    // whatever it turns out to have done must not outlive this caller.
+    return () => {
+      if (!settled) abandoned = true
+    }
+  }
 
   return {
-    call,
+    call: (operation, key, script, ...input) => budgeted(operation, key, plainCall(operation, key, script, input)),
     callTaking: (operation, request, took, script, ...input) =>
-      callTakingWith(undefined, operation, request, took, script, ...input),
-    callTakingWith,
+      budgeted(operation, request.key, takingCall(undefined, operation, request, took, script, input)),
+    callTakingWith: (undo, operation, request, took, script, ...input) =>
+      budgeted(operation, request.key, takingCall(undo, operation, request, took, script, input)),
+    start: {
+      call: (operation, key, script, input, done) =>
+        connections.start(operation, key, plainCall(operation, key, script, input), done),
+      callTaking: (operation, request, took, script, input, done) =>
+        connections.start(operation, request.key, takingCall(undefined, operation, request, took, script, input), done)
+    },
     sync
   }
 }

@@ -16,7 +16,7 @@
  * not a fiber per call.
  */
 import type { Scope } from "effect"
-import { Effect, FiberSet, Redacted } from "effect"
+import { Effect, Either, FiberSet, Redacted } from "effect"
 import type { Cluster, Redis, RedisOptions } from "ioredis"
 import type { BackendOperation, LockBackendError } from "../../LockError.js"
 import type { ClusterConfig } from "./clientOptions.js"
@@ -40,8 +40,11 @@ export type Client = Redis | Cluster
 
 type Listener = Parameters<Redis["on"]>[1]
 
+/** A command's outcome. */
+export type Outcome<A> = Either.Either<A, LockBackendError>
+
 /** Writes one command and reports its outcome to `settle`; returns what to do if it is abandoned. */
-export type Send<A> = (settle: (result: Effect.Effect<A, LockBackendError>) => void) => (() => void) | void
+export type Send<A> = (settle: (result: Outcome<A>) => void) => (() => void) | void
 
 export interface ConnectOptions {
   readonly url?: string | Redacted.Redacted<string> | undefined
@@ -77,6 +80,17 @@ export interface Connections {
     key: string,
     send: Send<A>
   ) => Effect.Effect<A, LockBackendError>
+  /**
+   * `budgeted` by callbacks: `done` gets the outcome, once, unless the call is stopped first. The
+   * return value (absent when there is nothing to stop) stops waiting, as an interrupted caller of
+   * `budgeted` does.
+   */
+  readonly start: <A>(
+    operation: BackendOperation,
+    key: string,
+    send: Send<A>,
+    done: (result: Outcome<A>) => void
+  ) => (() => void) | undefined
   /** `handlers` on `redis`'s events for the lifetime of the scope. */
   readonly listen: (
     redis: Client,
@@ -334,20 +348,20 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
     const ownTimeout = !isCluster(command) && typeof command.options.commandTimeout === "number"
 
     // The hot path: connected, and ioredis times the command out itself.
-    const direct = <A>(send: Send<A>) =>
-      Effect.async<A, LockBackendError>((resume) => {
-        let done = false
-        const abandon = send((result) => {
-          if (done) return
-          done = true
-          resume(result)
-        })
-        if (typeof abandon === "function") {
-          return Effect.sync(() => {
-            if (!done) abandon()
-          })
-        }
+    const direct = <A>(send: Send<A>, done: (result: Outcome<A>) => void): (() => void) | undefined => {
+      let finished = false
+      const abandon = send((result) => {
+        if (finished) return
+        finished = true
+        done(result)
       })
+      if (typeof abandon !== "function") return undefined
+      return () => {
+        if (finished) return
+        finished = true
+        abandon()
+      }
+    }
 
     // Every other call carries its own deadline (`makeDeadlines`: one timer shared by all calls, no
     // fiber per call). The deadline fails the call without interrupting anyone, so it stops a call
@@ -355,57 +369,71 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
     // and such a caller, interrupted meanwhile, still gets the call's outcome. An interruptible
     // caller stops waiting when interrupted: a wait for the connection has sent nothing then, and
     // an acquire in flight is compensated (`abandon`), as when the deadline passes.
-    const withDeadline = <A>(operation: BackendOperation, key: string, send: Send<A>) =>
-      Effect.async<A, LockBackendError>((resume) => {
-        let done = false
-        let sent = false
-        let abandon: (() => void) | void = undefined
-        let waiter: ((connected: boolean) => void) | undefined
-        const deadline = deadlines.add(() => {
-          if (done) return
-          done = true
-          if (waiter !== undefined) connectionWaiters.delete(waiter)
-          if (sent && typeof abandon === "function") abandon()
-          resume(Effect.fail(
-            sent
-              ? redisError(operation, key, new Error("Command timed out"))
-              : unreachable(operation, key, `no connection within the command timeout (${commandTimeout} ms)`)
-          ))
-        })
-        const settle = (result: Effect.Effect<A, LockBackendError>) => {
-          if (done) return
-          done = true
-          deadlines.cancel(deadline)
-          resume(result)
-        }
-        const go = () => {
-          sent = true
-          abandon = send(settle)
-        }
-        if (clear()) go()
-        else if (command.status === "end") settle(Effect.fail(unreachable(operation, key, "the connection is closed")))
-        else {
-          const onConnection = (connected: boolean) => {
-            connectionWaiters.delete(onConnection)
-            waiter = undefined
-            if (done) return
-            if (connected) go()
-            else settle(Effect.fail(unreachable(operation, key, "the connection is closed")))
-          }
-          waiter = onConnection
-          connectionWaiters.add(onConnection)
-        }
-        return Effect.sync(() => {
-          if (done) return
-          done = true
-          deadlines.cancel(deadline)
-          if (waiter !== undefined) connectionWaiters.delete(waiter)
-          if (sent && typeof abandon === "function") abandon()
-        })
+    const withDeadline = <A>(
+      operation: BackendOperation,
+      key: string,
+      send: Send<A>,
+      done: (result: Outcome<A>) => void
+    ): () => void => {
+      let finished = false
+      let sent = false
+      let abandon: (() => void) | void = undefined
+      let waiter: ((connected: boolean) => void) | undefined
+      const deadline = deadlines.add(() => {
+        if (finished) return
+        finished = true
+        if (waiter !== undefined) connectionWaiters.delete(waiter)
+        if (sent && typeof abandon === "function") abandon()
+        done(Either.left(
+          sent
+            ? redisError(operation, key, new Error("Command timed out"))
+            : unreachable(operation, key, `no connection within the command timeout (${commandTimeout} ms)`)
+        ))
       })
+      const settle = (result: Outcome<A>) => {
+        if (finished) return
+        finished = true
+        deadlines.cancel(deadline)
+        done(result)
+      }
+      const go = () => {
+        sent = true
+        abandon = send(settle)
+      }
+      if (clear()) go()
+      else if (command.status === "end") settle(Either.left(unreachable(operation, key, "the connection is closed")))
+      else {
+        const onConnection = (connected: boolean) => {
+          connectionWaiters.delete(onConnection)
+          waiter = undefined
+          if (finished) return
+          if (connected) go()
+          else settle(Either.left(unreachable(operation, key, "the connection is closed")))
+        }
+        waiter = onConnection
+        connectionWaiters.add(onConnection)
+      }
+      return () => {
+        if (finished) return
+        finished = true
+        deadlines.cancel(deadline)
+        if (waiter !== undefined) connectionWaiters.delete(waiter)
+        if (sent && typeof abandon === "function") abandon()
+      }
+    }
+
+    const start = <A>(
+      operation: BackendOperation,
+      key: string,
+      send: Send<A>,
+      done: (result: Outcome<A>) => void
+    ): (() => void) | undefined => ownTimeout && clear() ? direct(send, done) : withDeadline(operation, key, send, done)
 
     const budgeted = <A>(operation: BackendOperation, key: string, send: Send<A>): Effect.Effect<A, LockBackendError> =>
-      Effect.suspend(() => ownTimeout && clear() ? direct(send) : withDeadline(operation, key, send))
+      Effect.async<A, LockBackendError>((resume) => {
+        const stop = start(operation, key, send, resume)
+        if (stop !== undefined) return Effect.sync(stop)
+      })
 
     return {
       mode: clustered ? "cluster" : "standalone",
@@ -416,6 +444,7 @@ export const openConnections = (options: ConnectOptions): Effect.Effect<Connecti
       batch: isCluster(command) ? makeClusterWriteBatcher(command) : makeWriteBatcher(command),
       clear,
       whenConnected,
+      start,
       budgeted,
       listen
     }

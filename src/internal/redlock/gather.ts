@@ -1,14 +1,16 @@
 /**
  * Asking every node at once and deciding as soon as the answers in hand settle the question: a
  * quorum reached, or out of reach. A paused node (connected, answering nothing) then costs nothing
- * while the others answer; its call goes on in the backend's scope until its command budget ends.
+ * while the others answer; its call goes on until its command budget ends.
  *
- * The calls run in the scope given (the backend's), never in the caller's fiber, so a caller that
- * stops waiting leaves them to finish, and `interruptPending` stops the ones whose outcome no
- * longer matters (an interrupted acquire in flight releases what it may have taken).
+ * `gather` sends commands by callbacks (`Commands.start`): one `Effect.async` for the whole
+ * fan-out, no fiber per node. The calls are the backend's, not the caller's: a caller that stops
+ * waiting leaves them to finish, `interruptPending` stops the ones whose outcome no longer matters
+ * (an acquire in flight releases what it may have taken), and so does closing the backend
+ * (`PendingCalls`). `gatherEffects` does the same for effects (the subscriptions), each forked in
+ * the backend's scope.
  */
-import type { Scope } from "effect"
-import { Deferred, Effect, Either, Fiber } from "effect"
+import { Deferred, Effect, Either, Fiber, Scope } from "effect"
 import type { LockBackendError } from "../../LockError.js"
 
 /** One node's answer: its value, its error, or `undefined` while it has not answered. */
@@ -25,7 +27,7 @@ export interface Gathered<A> {
  * Run `calls` concurrently in `scope` and return once `settled(answers)` holds or every call has
  * answered.
  */
-export const gather = <A>(
+export const gatherEffects = <A>(
   scope: Scope.Scope,
   calls: ReadonlyArray<Effect.Effect<A, LockBackendError>>,
   settled: (answers: ReadonlyArray<Answer<A>>) => boolean
@@ -53,6 +55,78 @@ export const gather = <A>(
     return {
       answers: snapshot,
       interruptPending: Effect.asVoid(Fiber.interruptAll(fibers))
+    }
+  })
+
+/** Starts one call; `done` gets its answer. Returns what stops waiting for it, if anything does. */
+export type Start<A> = (done: (answer: Either.Either<A, LockBackendError>) => void) => (() => void) | undefined
+
+/** The fan-outs still waiting for answers, stopped when the backend closes. */
+export interface PendingCalls {
+  readonly add: (stop: () => void) => void
+  readonly delete: (stop: () => void) => void
+}
+
+/** A set of fan-outs that `scope` stops (as it once interrupted their fibers) when it closes. */
+export const makePendingCalls = (scope: Scope.Scope): Effect.Effect<PendingCalls> =>
+  Effect.gen(function*() {
+    const pending = new Set<() => void>()
+    yield* Scope.addFinalizer(
+      scope,
+      Effect.sync(() => {
+        for (const stop of Array.from(pending)) stop()
+      })
+    )
+    return pending
+  })
+
+/**
+ * Start every call at once (none waits for another) and return once `settled(answers)` holds or
+ * every call has answered.
+ */
+export const gather = <A>(
+  pending: PendingCalls,
+  starts: ReadonlyArray<Start<A>>,
+  settled: (answers: ReadonlyArray<Answer<A>>) => boolean
+): Effect.Effect<Gathered<A>> =>
+  Effect.async<Gathered<A>>((resume) => {
+    const total = starts.length
+    const answers: Array<Answer<A>> = new Array(total).fill(undefined)
+    const stops: Array<(() => void) | undefined> = new Array(total).fill(undefined)
+    let remaining = total
+    let decided = false
+    const decide = () => {
+      decided = true
+      resume(Effect.succeed({ answers: answers.slice(), interruptPending }))
+    }
+    // After the decision (`interruptPending`), or when the backend closes: a caller still waiting
+    // then gets the answers in hand (the stopped calls' are missing).
+    const stopPending = () => {
+      pending.delete(stopPending)
+      remaining = 0
+      for (let i = 0; i < total; i++) {
+        const stop = stops[i]
+        stops[i] = undefined
+        if (answers[i] === undefined) stop?.()
+      }
+      if (!decided) decide()
+    }
+    const interruptPending = Effect.sync(stopPending)
+    pending.add(stopPending)
+    starts.forEach((start, index) => {
+      const stop = start((answer) => {
+        if (remaining === 0 || answers[index] !== undefined) return
+        answers[index] = answer
+        stops[index] = undefined
+        remaining--
+        if (remaining === 0) pending.delete(stopPending)
+        if (!decided && (remaining === 0 || settled(answers))) decide()
+      })
+      if (answers[index] === undefined) stops[index] = stop
+    })
+    if (total === 0) {
+      pending.delete(stopPending)
+      decide()
     }
   })
 

@@ -14,8 +14,9 @@
  * - release, force-release: on every node; they fail only when fewer than a quorum answered.
  * - notifications: from every node, merged (a release publishes on each).
  *
- * Every operation decides as soon as the answers in hand settle it (`gather.ts`), so a node that
- * is down or paused slows nothing while a quorum answers.
+ * Every operation decides as soon as the answers in hand settle it (`gather.ts`: one fan-out by
+ * callbacks, no fiber per node), so a node that is down or paused slows nothing while a quorum
+ * answers.
  */
 import type { Scope } from "effect"
 import { Effect, Option, Queue } from "effect"
@@ -36,9 +37,10 @@ import { messageOf } from "../redis/errors.js"
 import type { KeyLayout } from "../redis/keys.js"
 import * as scripts from "../redis/lockScripts.js"
 import { runScript } from "../redis/scripts.js"
+import type { Script } from "../redis/scripts.js"
 import { nowMillis } from "../time.js"
-import type { Answer } from "./gather.js"
-import { errorsOf, gather, valuesOf } from "./gather.js"
+import type { Answer, Start } from "./gather.js"
+import { errorsOf, gather, gatherEffects, makePendingCalls, valuesOf } from "./gather.js"
 import type { Node } from "./nodes.js"
 import { raiseToken } from "./scripts.js"
 
@@ -57,6 +59,15 @@ export const makePrimitives = (
   Effect.gen(function*() {
     const total = nodes.length
     const quorum = quorumOf(total)
+    const pending = yield* makePendingCalls(scope)
+
+    /** `script` on every node, by callbacks (`gather`). */
+    const onEvery = <I extends ReadonlyArray<unknown>, A>(
+      operation: BackendOperation,
+      key: string,
+      script: Script<I, A>,
+      input: I
+    ): Array<Start<A>> => nodes.map((node) => (done) => node.commands.start.call(operation, key, script, input, done))
 
     const quorumError = <A>(
       operation: BackendOperation,
@@ -114,22 +125,21 @@ export const makePrimitives = (
     }
 
     const releaseOn = (indices: ReadonlyArray<number>, key: string, owner: string) =>
-      Effect.forEach(
-        indices,
-        (index) =>
-          Effect.ignore(
-            nodes[index]?.commands.call("release", key, scripts.release, layout.keysOf(key), owner) ?? Effect.void
-          ),
-        { concurrency: "unbounded", discard: true }
-      )
+      indices.length === 0 ? Effect.void : Effect.asVoid(gather(
+        pending,
+        onEvery("release", key, scripts.release, [layout.keysOf(key), owner]).filter((_, i) => indices.includes(i)),
+        () => false
+      ))
 
     const tryAcquire = (request: LockRequest): Effect.Effect<AcquireResult, LockBackendError> =>
       Effect.uninterruptible(Effect.gen(function*() {
         const startedAt = yield* nowMillis
         const keys = layout.keysOf(request.key)
-        const gathered = yield* gather(
-          scope,
-          nodes.map((node) => node.commands.callTaking("acquire", request, took, scripts.acquire, keys, request)),
+        const gathered = yield* gather<AcquireResult>(
+          pending,
+          nodes.map((node) => (done) =>
+            node.commands.start.callTaking("acquire", request, took, scripts.acquire, [keys, request], done)
+          ),
           (answers) => {
             const values = valuesOf(answers)
             const acquired = values.filter(([, result]) => result._tag === "Acquired").length
@@ -190,8 +200,8 @@ export const makePrimitives = (
         })
       return Effect.map(
         gather(
-          scope,
-          nodes.map((node) => node.commands.call("renew", firstKey, scripts.renew, locks, requests)),
+          pending,
+          onEvery("renew", firstKey, scripts.renew, [locks, requests]),
           (answers) => {
             const pending = answers.filter((answer) => answer === undefined).length
             return tally(answers).every(({ renewed }) => renewed >= quorum || renewed + pending < quorum)
@@ -214,8 +224,8 @@ export const makePrimitives = (
     const release = (key: string, owner: string): Effect.Effect<ReleaseResult, LockBackendError> =>
       Effect.flatMap(
         gather(
-          scope,
-          nodes.map((node) => node.commands.call("release", key, scripts.release, layout.keysOf(key), owner)),
+          pending,
+          onEvery("release", key, scripts.release, [layout.keysOf(key), owner]),
           // A quorum that released (or still holds) settles it; the rest go on in the backend's
           // scope, after everything else sent to those nodes for this owner.
           (answers) => valuesOf(answers).filter(([, result]) => result._tag !== "NotHeld").length >= quorum
@@ -232,8 +242,8 @@ export const makePrimitives = (
     const forceRelease = (key: string): Effect.Effect<boolean, LockBackendError> =>
       Effect.flatMap(
         gather(
-          scope,
-          nodes.map((node) => node.commands.call("force-release", key, scripts.forceRelease, layout.keysOf(key))),
+          pending,
+          onEvery("force-release", key, scripts.forceRelease, [layout.keysOf(key)]),
           () => false
         ),
         ({ answers }) => {
@@ -249,8 +259,8 @@ export const makePrimitives = (
     const inspect = (key: string): Effect.Effect<Option.Option<LockInfo>, LockBackendError> =>
       Effect.flatMap(
         gather(
-          scope,
-          nodes.map((node) => node.commands.call("inspect", key, scripts.inspect, layout.keysOf(key).lock)),
+          pending,
+          onEvery("inspect", key, scripts.inspect, [layout.keysOf(key).lock]),
           () => false
         ),
         ({ answers }) => {
@@ -300,13 +310,13 @@ export const makePrimitives = (
       inspect,
       // Notifications flow once one node's subscription does: every release publishes on each node.
       subscribe: (key) =>
-        Effect.asVoid(gather(
+        Effect.asVoid(gatherEffects(
           scope,
           nodes.map((node) => node.subscriptions.subscribe(key)),
           (answers) => answeredCount(answers) > 0
         )),
       unsubscribe: (key) =>
-        Effect.asVoid(gather(scope, nodes.map((node) => node.subscriptions.unsubscribe(key)), () => true)),
+        Effect.asVoid(gatherEffects(scope, nodes.map((node) => node.subscriptions.unsubscribe(key)), () => true)),
       notifications
     }
     return primitives
