@@ -21,13 +21,13 @@ import type { Acquired } from "../waiting/acquire.js"
 import { acquireOnce, acquireWaiting } from "../waiting/acquire.js"
 import { runGuarded } from "./guard.js"
 import type { Hold } from "./hold.js"
-import { makeHold, releaseHold } from "./hold.js"
+import { releaseHold } from "./hold.js"
 import { makeLease } from "./lease.js"
 import type { ResolvedOptions } from "./options.js"
 import { keyErrorFor, resolvedBefore, resolveOptions } from "./options.js"
 import type { Region } from "./region.js"
 import { currentRegion, extend, findHold, newOwnerId, without } from "./region.js"
-import { watch } from "./watchdog.js"
+import { holdAcquired } from "./watchdog.js"
 
 /**
  * How a fresh acquisition is attempted: once (`Busy` is `undefined`: it may find the lock busy), or
@@ -72,21 +72,8 @@ const acquireFresh = <E, Busy extends undefined>(
     fencing: options.fencing,
     waiting: attempt !== once && options.waitMillis > 0
   }
-  const held = (acquired: Acquired): Hold => {
-    const hold = makeHold(
-      backend,
-      request,
-      options,
-      acquired.fencingToken,
-      acquired.startedAt,
-      scope,
-      fiber.getFiberRef(FiberRef.currentLogAnnotations)
-    )
-    watch(hold)
-    backend.holds.add(hold)
-    metrics.count(metrics.acquisitions, backend.labels)
-    return hold
-  }
+  const held = (acquired: Acquired): Hold =>
+    holdAcquired(backend, backend, request, options, acquired, scope, fiber.getFiberRef(FiberRef.currentLogAnnotations))
   if (!isTracing(fiber)) {
     return Effect.map(
       attempt(backend, request, options, restore),

@@ -20,14 +20,16 @@
  * renewing ten thousand holds wakes no fiber per hold (each wake-up allocated a continuation that
  * lived for a whole period, and the collector's work on those showed as event-loop delay).
  */
-import type { Tracer } from "effect"
+import type { HashMap, Tracer } from "effect"
 import { Effect, FiberRef, Scope } from "effect"
 import type { LockRequest } from "../../LockBackend.js"
+import type { Backend } from "../backend/make.js"
 import type { Member, Renewal } from "../backend/renewals.js"
 import * as metrics from "../metrics.js"
 import { nowMillis } from "../time.js"
 import type { Hold } from "./hold.js"
-import { markLost } from "./hold.js"
+import { makeHold, markLost } from "./hold.js"
+import type { ResolvedOptions } from "./options.js"
 
 /** After a failed renewal, retry soon: a third of the period, between 10 ms and 1 s. */
 const retryMillis = (renewMillis: number) => Math.min(1000, Math.max(10, Math.floor(renewMillis / 3)))
@@ -107,6 +109,26 @@ const start = (hold: Hold, first: Renewal): Effect.Effect<void> =>
       return fork(scope)
     })
   })
+
+/**
+ * The hold of an acquisition that just succeeded, watched from now on and counted: `view` is the
+ * backend the hold talks to (a semaphore's view of its backend), `backend` the one that serves it.
+ */
+export const holdAcquired = (
+  view: Backend,
+  backend: Backend,
+  request: LockRequest,
+  options: ResolvedOptions,
+  acquired: { readonly fencingToken: bigint; readonly startedAt: number },
+  scope: Scope.Scope | undefined,
+  annotations: HashMap.HashMap<string, unknown>
+): Hold => {
+  const hold = makeHold(view, request, options, acquired.fencingToken, acquired.startedAt, scope, annotations)
+  watch(hold)
+  backend.holds.add(hold)
+  metrics.count(metrics.acquisitions, backend.labels)
+  return hold
+}
 
 /**
  * Watch `hold` from now until it ends (released or lost: see `hold.ts`): its first renewal (or its

@@ -16,12 +16,11 @@ import type { Backend } from "../backend/make.js"
 import { backendOf } from "../backend/make.js"
 import { runGuarded } from "../lock/guard.js"
 import type { Hold } from "../lock/hold.js"
-import { makeHold, releaseHold } from "../lock/hold.js"
+import { releaseHold } from "../lock/hold.js"
 import { makeLease } from "../lock/lease.js"
 import type { ResolvedOptions } from "../lock/options.js"
 import { newOwnerId } from "../lock/region.js"
-import { watch } from "../lock/watchdog.js"
-import * as metrics from "../metrics.js"
+import { holdAcquired } from "../lock/watchdog.js"
 import type { Restore } from "../restore.js"
 import { nowMillis } from "../time.js"
 import type { PermitRequest } from "./primitives.js"
@@ -229,21 +228,16 @@ const acquireFresh = <E, Busy extends undefined>(
     }
     return Effect.map(attemptWith(backend, support, request, wanted.options, restore), (acquired): Hold | Busy => {
       if (acquired === undefined) return acquired as Busy
-      const view = support.view ?? backend
       support.permitsOf.set(request.owner, request.permits)
-      const hold = makeHold(
-        view,
+      return holdAcquired(
+        support.view ?? backend,
+        backend,
         request,
         wanted.options,
-        acquired.fencingToken,
-        acquired.startedAt,
+        acquired,
         scope,
         fiber.getFiberRef(FiberRef.currentLogAnnotations)
       )
-      watch(hold)
-      backend.holds.add(hold)
-      metrics.count(metrics.acquisitions, backend.labels)
-      return hold
     })
   })
 

@@ -69,15 +69,16 @@ export const acquireWaiting = (
   options: ResolvedOptions,
   restore: Restore
 ): Effect.Effect<Acquired, LockTimeoutError | LockBackendError> => {
-  if (options.waitMillis === 0) {
-    return Effect.flatMap(
+  // One attempt, then the slow path when busy.
+  const attemptFirst = () =>
+    Effect.flatMap(
       attempt(backend, request),
       (first) =>
         first._tag === "Acquired"
           ? Effect.succeed(first)
           : waitFor(backend, request, options, restore, true, first.ttlMillis)
     )
-  }
+  if (options.waitMillis === 0) return attemptFirst()
   // Fibers of this process already wait for the key, or attempt it: queue up behind them, first in,
   // first out, rather than barge in with an attempt that would be refused anyway (or win against
   // them). Ten thousand fibers that come for a hundred keys at once send a hundred attempts, not ten
@@ -88,13 +89,7 @@ export const acquireWaiting = (
   const { key } = request
   if (backend.abandon !== undefined || backend.shared) {
     if (queue.waitersOn(key) > 0) return waitFor(backend, request, options, restore, false, undefined)
-    return Effect.flatMap(
-      attempt(backend, request),
-      (first) =>
-        first._tag === "Acquired"
-          ? Effect.succeed(first)
-          : waitFor(backend, request, options, restore, true, first.ttlMillis)
-    )
+    return attemptFirst()
   }
   if (queue.isContended(key)) return waitFor(backend, request, options, restore, false, undefined)
   queue.attemptStarted(key)
