@@ -10,11 +10,13 @@
  * case, as replies come back in order); the timer fires at most once per `commandTimeout` while
  * calls keep coming, and then moves to the oldest deadline still pending.
  */
+/** One call's deadline: `fire` fails the call; cleared once it settled or fired. */
+export interface Deadline {
+  readonly at: number
+  fire: (() => void) | undefined
+}
+
 export const makeDeadlines = (commandTimeout: number) => {
-  interface Deadline {
-    readonly at: number
-    fire: (() => void) | undefined
-  }
   let queue: Array<Deadline> = []
   let head = 0
   let timer: ReturnType<typeof setTimeout> | undefined
