@@ -191,9 +191,12 @@ export const redisProcess = (
       Effect.gen(function*() {
         signal(pid, "SIGCONT")
         signal(pid, "SIGTERM")
-        // Finalisers are uninterruptible: the timer must be made interruptible to lose the race.
+        // Finalisers are uninterruptible, and so are the racers they fork: each must be made
+        // interruptible to lose the race. (The wait for the exit once was not, so a server that
+        // ignored SIGTERM held the scope for good: a replica still writing its first AOF after a
+        // full sync logs "Writing initial AOF, can't exit." and drops the signal.)
         const exited = yield* Effect.raceFirst(
-          Effect.as(Effect.exit(proc.exitCode), true),
+          Effect.as(Effect.interruptible(Effect.exit(proc.exitCode)), true),
           Effect.as(Effect.interruptible(sleep(3000)), false)
         )
         if (!exited) {
