@@ -17,6 +17,14 @@ import * as MemoryBackend from "../src/MemoryBackend.js"
 
 const STEP_MILLIS = 50
 
+/** A failure fast-check reported (`{ seed, path }`), replayed: `FC_SEED=... FC_PATH=... npx vitest run ...`. */
+const replay = process.env["FC_SEED"] === undefined
+  ? {}
+  : {
+    seed: Number(process.env["FC_SEED"]),
+    ...(process.env["FC_PATH"] === undefined ? {} : { path: process.env["FC_PATH"] })
+  }
+
 /** Advance the TestClock in steps until every fiber is done or `bound` ms passed. */
 const runUntilDone = (fibers: ReadonlyArray<Fiber.RuntimeFiber<unknown, unknown>>, bound: number) =>
   Effect.gen(function*() {
@@ -118,7 +126,9 @@ describe("properties of the semaphore under random schedules", () => {
         assert.deepStrictEqual(state.acquired, 0, "nothing held at the end")
         if (state.available !== 0) assert.strictEqual(state.available, TOTAL)
       })),
-    { fastCheck: { numRuns: 20 } }
+    // endOnFailure: shrinking a failure here outlasts the test timeout, which then hides the
+    // counterexample. FC_SEED and FC_PATH replay a reported one.
+    { fastCheck: { numRuns: 20, endOnFailure: true, ...replay } }
   )
 })
 

@@ -115,6 +115,39 @@ export const runSemaphoreConformance = (name: string, layer: Layer.Layer<LockBac
           assert.deepStrictEqual(order, ["big", "small"])
         }))
 
+      it.effect("a waiter that gives up from behind the window lets in the smaller requests behind it", () =>
+        Effect.gen(function*() {
+          // 2 of 4 permits held; a request for 3 heads the queue (it must wait), one for 4 behind it
+          // closes the window, and one for 1 waits behind that. When the request for 4 gives up, the
+          // window is 3 + 1 and the request for 1 fits beside the held 2: it gets in at once.
+          const key = freshKey("window")
+          const holding = yield* Deferred.make<void>()
+          const stop = yield* Deferred.make<void>()
+          const options = { permits: 4, retry: Schedule.spaced("1 hour") }
+          const holder = yield* Effect.fork(
+            Semaphore.withPermits(
+              key,
+              2,
+              Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(stop)),
+              options
+            )
+          )
+          yield* Deferred.await(holding)
+          const three = yield* Effect.fork(Semaphore.withPermits(key, 3, Effect.void, options))
+          yield* Effect.sleep(50)
+          const four = yield* Effect.fork(Semaphore.withPermits(key, 4, Effect.void, options))
+          yield* Effect.sleep(50)
+          const one = yield* Effect.fork(Semaphore.withPermits(key, 1, Effect.succeed("in"), options))
+          yield* Effect.sleep(50)
+          assert.isTrue(Option.isNone(yield* Fiber.poll(one)), "the request for 1 waits in line")
+          yield* Fiber.interrupt(four)
+          // Woken by the window growing: the hour-long retry schedule cannot be what lets it in.
+          assert.strictEqual(yield* Fiber.join(one).pipe(Effect.timeout("10 seconds")), "in")
+          yield* Deferred.succeed(stop, undefined)
+          yield* Fiber.join(holder)
+          yield* Fiber.join(three)
+        }))
+
       it.effect("a release wakes the waiters by notification, not by their retry schedule", () =>
         Effect.gen(function*() {
           const key = freshKey("notify")

@@ -157,9 +157,9 @@ export const makeSemaphoreQueue = (hooks: SemaphoreQueueHooks): SemaphoreQueue =
       leave: Effect.suspend(() => {
         const before = windowOf(queue)
         if (!queue.waiters.delete(waiter)) return Effect.void
-        if (before.includes(waiter)) {
-          for (const entered of windowOf(queue)) if (!before.includes(entered)) wake(entered)
-        }
+        // The window may grow whoever leaves: a waiter behind it that asked for more than was left
+        // closed it to everybody behind, so its leaving lets them in as surely as a leaving member does.
+        for (const entered of windowOf(queue)) if (!before.includes(entered)) wake(entered)
         if (queue.waiters.size > 0 || queues.get(key) !== queue) return Effect.void
         queues.delete(key)
         return hooks.onLast(key)
