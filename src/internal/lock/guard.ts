@@ -30,8 +30,8 @@ export const runGuarded = <A, E, R>(
 ): Effect.Effect<A, E | LockLostError, R> =>
   // The fast version of this shape (it runs once per withLock): the child is made from the caller's
   // fiber directly, with its region already in its FiberRefs and, when the caller was
-  // interruptible, the interruptibility `restore` would give it, so its only steps of its own are
-  // the hold check and the program.
+  // interruptible, the interruptibility `restore` would give it; the hold is checked as it is
+  // forked, so the program is its only step.
   Effect.withFiberRuntime<A, E | LockLostError, R>((parent, status) => {
     // Traced: the program's own spans are children of the hold's span.
     const program = hold.span === undefined ? effect : Effect.withParentSpan(effect, hold.span)
