@@ -22,13 +22,22 @@
  * why): a replica that has not synced yet holds none of the shard's data.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Option, Ref, Schedule } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Ref } from "effect"
 import { Lock, withLock } from "../../src/index.js"
 import type { RedisCluster } from "../support/redisCluster.js"
 import { startRedisCluster } from "../support/redisCluster.js"
 import { clusterAdmin, clusterBackend, skipCluster } from "./helpers.js"
 import type { Section } from "./workload.js"
-import { awaitSectionsAfter, masterMap, namesWhere, overlaps, resourceOf, runWorkload, untold } from "./workload.js"
+import {
+  awaitSectionsAfter,
+  forkRetryingWaiter,
+  masterMap,
+  namesWhere,
+  overlaps,
+  resourceOf,
+  runWorkload,
+  untold
+} from "./workload.js"
 
 /**
  * How long after a failover a waiter that was waiting before it may take to get in once the
@@ -72,28 +81,7 @@ describe.skipIf(skipCluster())("Redis Cluster: CLUSTER FAILOVER under load", () 
             }), { lease: "60 seconds" }).pipe(Effect.provide(a))
         )
         const holderToken = yield* Deferred.await(holding)
-        const waiterFailures = yield* Ref.make<ReadonlyArray<string>>([])
-        const waiter = yield* Effect.fork(
-          withLock(
-            watched!,
-            (lease) => Effect.sync(() => ({ at: process.hrtime.bigint(), token: lease.fencingToken })),
-            {
-              retry: Schedule.spaced("1 minute"),
-              wait: "2 minutes"
-            }
-          ).pipe(
-            Effect.provide(b),
-            Effect.tapErrorTag(
-              "LockBackendError",
-              (error) => Ref.update(waiterFailures, (all) => [...all, error.message])
-            ),
-            Effect.retry({
-              while: (error) => error._tag === "LockBackendError",
-              schedule: Schedule.spaced("200 millis"),
-              times: 25
-            })
-          )
-        )
+        const { failures: waiterFailures, fiber: waiter } = yield* forkRetryingWaiter(watched!, b)
 
         const stop = yield* Deferred.make<void>()
         const recorded = yield* Ref.make<ReadonlyArray<Section>>([])

@@ -17,14 +17,23 @@
  * backend subscribes again on the new owner), and waiters get in after the move.
  */
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Option, Ref, Schedule } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option, Ref } from "effect"
 import { Lock, withLock } from "../../src/index.js"
 import { hashSlot } from "../../src/internal/redis/slot.js"
 import type { RedisCluster } from "../support/redisCluster.js"
 import { startRedisCluster } from "../support/redisCluster.js"
 import { clusterAdmin, clusterBackend, skipCluster } from "./helpers.js"
 import type { Section } from "./workload.js"
-import { awaitSectionsAfter, masterMap, namesWhere, overlaps, resourceOf, runWorkload, untold } from "./workload.js"
+import {
+  awaitSectionsAfter,
+  forkRetryingWaiter,
+  masterMap,
+  namesWhere,
+  overlaps,
+  resourceOf,
+  runWorkload,
+  untold
+} from "./workload.js"
 
 /** See failover.test.ts: well under the waiter's fallbacks (one-minute retry, 60 s lease). */
 const restoreBoundMillis = 15_000
@@ -68,28 +77,7 @@ describe.skipIf(skipCluster())("Redis Cluster: slot migration under load", () =>
         const holderToken = yield* Deferred.await(holding)
         // An attempt that meets the migrating slot may fail with LockBackendError (TRYAGAIN or
         // MOVED beyond ioredis' redirection limit): the waiter then waits again, as a caller would.
-        const waiterFailures = yield* Ref.make<ReadonlyArray<string>>([])
-        const waiter = yield* Effect.fork(
-          withLock(
-            watched,
-            (lease) => Effect.sync(() => ({ at: process.hrtime.bigint(), token: lease.fencingToken })),
-            {
-              retry: Schedule.spaced("1 minute"),
-              wait: "2 minutes"
-            }
-          ).pipe(
-            Effect.provide(b),
-            Effect.tapErrorTag(
-              "LockBackendError",
-              (error) => Ref.update(waiterFailures, (all) => [...all, error.message])
-            ),
-            Effect.retry({
-              while: (error) => error._tag === "LockBackendError",
-              schedule: Schedule.spaced("200 millis"),
-              times: 25
-            })
-          )
-        )
+        const { failures: waiterFailures, fiber: waiter } = yield* forkRetryingWaiter(watched, b)
 
         const stop = yield* Deferred.make<void>()
         const recorded = yield* Ref.make<ReadonlyArray<Section>>([])

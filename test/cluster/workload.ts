@@ -14,7 +14,7 @@
  */
 import type { Context } from "effect"
 import type { Duration } from "effect"
-import { Effect, Either, Ref } from "effect"
+import { Effect, Either, Ref, Schedule } from "effect"
 import type { Cluster } from "ioredis"
 import type { LockBackend } from "../../src/index.js"
 import { Fencing, withLock } from "../../src/index.js"
@@ -206,3 +206,32 @@ export const namesWhere = (
   if (names.length < count) throw new Error(`only ${names.length} names for ${label}`)
   return names
 }
+
+/**
+ * Fork a waiter for `key` on `backend` that a topology change may meet with a typed
+ * `LockBackendError`, as a caller would: it records each such error and asks again (every 200 ms,
+ * up to 25 times). Its result is when it got in (`process.hrtime`) and its fencing token.
+ */
+export const forkRetryingWaiter = (key: string, backend: Context.Context<LockBackend>) =>
+  Effect.gen(function*() {
+    const failures = yield* Ref.make<ReadonlyArray<string>>([])
+    const fiber = yield* Effect.fork(
+      withLock(
+        key,
+        (lease) => Effect.sync(() => ({ at: process.hrtime.bigint(), token: lease.fencingToken })),
+        {
+          retry: Schedule.spaced("1 minute"),
+          wait: "2 minutes"
+        }
+      ).pipe(
+        Effect.provide(backend),
+        Effect.tapErrorTag("LockBackendError", (error) => Ref.update(failures, (all) => [...all, error.message])),
+        Effect.retry({
+          while: (error) => error._tag === "LockBackendError",
+          schedule: Schedule.spaced("200 millis"),
+          times: 25
+        })
+      )
+    )
+    return { fiber, failures }
+  })
