@@ -8,11 +8,9 @@
  */
 import type { Layer } from "effect"
 import { Deferred, Effect, Exit, Fiber, ManagedRuntime, Scope } from "effect"
-import { execFile, spawn } from "node:child_process"
-import { cpSync, mkdirSync, rmSync, symlinkSync } from "node:fs"
-import { join, resolve } from "node:path"
+import { spawn } from "node:child_process"
+import { resolve } from "node:path"
 import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import * as FairLock from "../src/FairLock.js"
 import * as Lock from "../src/Lock.js"
@@ -20,37 +18,18 @@ import type { LockBackend } from "../src/LockBackend.js"
 import * as ReadWriteLock from "../src/ReadWriteLock.js"
 import * as RedisBackend from "../src/RedisBackend.js"
 import { skipCluster } from "./cluster/helpers.js"
+import { cliBuild } from "./support/cliBuild.js"
 import type { RedisCluster } from "./support/redisCluster.js"
 import { startRedisCluster } from "./support/redisCluster.js"
 
 const skip = skipCluster()
 vi.setConfig({ testTimeout: 300_000 })
-const exec = promisify(execFile)
 const root = resolve(fileURLToPath(import.meta.url), "..", "..")
-const build = join(root, "node_modules", ".cache", `effect-lock-cli-cluster-test-${process.pid}`)
-const bin = join(build, "dist", "bin", "effect-lock.js")
+const built = cliBuild("cli-cluster-test")
+const bin = built.bin
 const prefix = "locks:"
 
-interface Run {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
-
-const cli = (args: ReadonlyArray<string>): Promise<Run> =>
-  new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], {
-      cwd: root,
-      env: { ...process.env, REDIS_URL: undefined, NO_COLOR: "1" },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.once("error", reject)
-    child.once("close", (code) => resolvePromise({ code, stdout, stderr }))
-  })
+const cli = built.run
 
 let cluster: RedisCluster
 let url: string
@@ -106,14 +85,9 @@ const waitFor = async (
 
 beforeAll(async () => {
   if (skip) return
-  rmSync(build, { recursive: true, force: true })
-  mkdirSync(build, { recursive: true })
-  cpSync(join(root, "package.json"), join(build, "package.json"))
-  symlinkSync(join(root, "lua"), join(build, "lua"))
-  const tsc = join(root, "node_modules", "typescript", "bin", "tsc")
   const [started] = await Promise.all([
     startRedisCluster(),
-    exec(process.execPath, [tsc, "-p", "tsconfig.build.json", "--outDir", join(build, "dist")], { cwd: root })
+    built.make()
   ])
   cluster = started
   // Any node will do: a replica's URL too.
@@ -130,7 +104,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const made of runtimes) await made.dispose()
   await cluster?.stop()
-  rmSync(build, { recursive: true, force: true })
+  built.remove()
 })
 
 describe.skipIf(skip)("effect-lock CLI on a Redis Cluster", () => {

@@ -7,50 +7,29 @@
 import type { Layer } from "effect"
 import { Deferred, Effect, Exit, Fiber, ManagedRuntime, Scope } from "effect"
 import { Redis } from "ioredis"
-import { execFile, spawn, spawnSync } from "node:child_process"
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from "node:fs"
+import { spawn, spawnSync } from "node:child_process"
+import { existsSync, readFileSync, rmSync } from "node:fs"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
-import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it, onTestFinished, vi } from "vitest"
 import * as Lock from "../src/Lock.js"
 import type { LockBackend } from "../src/LockBackend.js"
 import * as ReadWriteLock from "../src/ReadWriteLock.js"
 import * as RedisBackend from "../src/RedisBackend.js"
+import { cliBuild } from "./support/cliBuild.js"
 import { freePort, type RedisServer, skipRedis, startRedisServer } from "./support/redisServer.js"
 
 const skip = skipRedis(true)
 // Each run of the executable starts a Node process (about a second of CPU): on a loaded machine a
 // test of several runs takes minutes.
 vi.setConfig({ testTimeout: 300_000 })
-const exec = promisify(execFile)
 const root = resolve(fileURLToPath(import.meta.url), "..", "..")
-// A build of the test's own (npm run build elsewhere may rewrite dist/ while this runs), inside
-// node_modules so that the package's dependencies resolve from it.
-const build = join(root, "node_modules", ".cache", `effect-lock-cli-test-${process.pid}`)
-const bin = join(build, "dist", "bin", "effect-lock.js")
-
-interface Run {
-  readonly code: number | null
-  readonly stdout: string
-  readonly stderr: string
-}
+const built = cliBuild("cli-test")
+const build = built.dir
+const bin = built.bin
 
 /** Run the executable to its end. */
-const cli = (args: ReadonlyArray<string>, env: Record<string, string | undefined> = {}): Promise<Run> =>
-  new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], {
-      cwd: root,
-      env: { ...process.env, REDIS_URL: undefined, NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
-    child.once("error", reject)
-    child.once("close", (code) => resolvePromise({ code, stdout, stderr }))
-  })
+const cli = built.run
 
 let server: RedisServer
 let guarded: RedisServer
@@ -76,15 +55,10 @@ const runtime = (options: { readonly prefix?: string } = {}) => {
 
 beforeAll(async () => {
   if (skip) return
-  rmSync(build, { recursive: true, force: true })
-  mkdirSync(build, { recursive: true })
-  cpSync(join(root, "package.json"), join(build, "package.json"))
-  symlinkSync(join(root, "lua"), join(build, "lua"))
-  const tsc = join(root, "node_modules", "typescript", "bin", "tsc")
   const [started, secured] = await Promise.all([
     startRedisServer({ args: ["--notify-keyspace-events", "KA"] }),
     startRedisServer({ args: ["--requirepass", "s3cret-pw"] }),
-    exec(process.execPath, [tsc, "-p", "tsconfig.build.json", "--outDir", join(build, "dist")], { cwd: root })
+    built.make()
   ])
   server = started
   guarded = secured
@@ -96,7 +70,7 @@ afterAll(async () => {
   admin?.disconnect()
   await server?.stop()
   await guarded?.stop()
-  rmSync(build, { recursive: true, force: true })
+  built.remove()
 })
 
 const contract = ["key", "kind", "holders", "ttlMillis", "fencingToken", "waiters"]
